@@ -87,6 +87,12 @@ def _fail_value(file: Source, col: Column, index: int, value: str, expected: str
     return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(value, 40)!r} is not {expected}")
 
 
+def _require(file: Source, col: Column, values: pa.ChunkedArray, ok: pa.ChunkedArray, expected: str) -> None:
+    """DataError at the first of `values` where `ok` is false (or null): it is not `expected`."""
+    if not pc.all(pc.fill_null(ok, False)).as_py():
+        raise _fail_value(file, col, *_first_bad_row(values, ok), expected)
+
+
 def _missing_value(file: Source, col: Column, index: int) -> DataError:
     """The first null of a column: an empty field, or a marker pyarrow reads as missing ('NA', 'nan', 'null')."""
     raw = ""
@@ -105,8 +111,7 @@ def _missing_value(file: Source, col: Column, index: int) -> DataError:
 def _as_kind(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values` as the column's kind, or DataError at the first value that does not fit."""
     kind, t = col.kind, values.type
-    null_count = values.null_count
-    if null_count and kind != "text":
+    if values.null_count and kind != "text":
         raise _missing_value(file, col, int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]))
     if kind == "label" and col.choices is not None:
         return _check_choices(file, col, values)
@@ -136,18 +141,15 @@ def _as_kind(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedAr
     # Strings where numbers belong: locate the first one that does not parse.
     text = pc.cast(values, pa.string())
     ok = pc.match_substring_regex(text, formats.NUMBER if kind != "int" else formats.INTEGER)
-    if pc.all(pc.fill_null(ok, False)).as_py():
-        return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
     expected = {"int": "a whole number", "float": "a number", "number": "a number or a date-time"}[kind]
-    raise _fail_value(file, col, *_first_bad_row(text, ok), expected)
+    _require(file, col, text, ok, expected)
+    return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
 
 
 def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
     """float64 `values` as the column's kind, finite and in range, else DataError at the first that is not."""
     shown = values if text is None else text
-    finite = pc.is_finite(values)
-    if not pc.all(pc.fill_null(finite, False)).as_py():
-        raise _fail_value(file, col, *_first_bad_row(shown, finite), "a finite number")
+    _require(file, col, shown, pc.is_finite(values), "a finite number")
     if col.kind == "int":
         ok = pc.and_(pc.equal(pc.floor(values), values), pc.less_equal(pc.abs(values), 2.0**53))
         if not pc.all(ok).as_py():
@@ -157,10 +159,8 @@ def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.Chun
             raise _fail_value(file, col, index, value, expected)
         return _check_range(file, col, pc.cast(values, pa.int64()))
     if col.kind == "float":
-        ok = pc.less_equal(pc.abs(values), FLOAT32_MAX)
-        if not pc.all(ok).as_py():
-            expected = f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)"
-            raise _fail_value(file, col, *_first_bad_row(shown, ok), expected)
+        expected = f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)"
+        _require(file, col, shown, pc.less_equal(pc.abs(values), FLOAT32_MAX), expected)
         if values.type == pa.float32() and col.minimum is None:
             return values  # features: float32 is what the models train on (svmlight reads them so)
     return _check_range(file, col, pc.cast(values, pa.float64()))
@@ -169,11 +169,8 @@ def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.Chun
 def _check_range(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values`, or DataError at the first one below col.minimum."""
     if col.minimum is not None:
-        ok = pc.greater_equal(values, col.minimum)
-        if not pc.all(ok).as_py():
-            index, value = _first_bad_row(values, ok)
-            expected = f"at least {col.minimum:g}" + (f"; {col.why}" if col.why else "")
-            raise _fail_value(file, col, index, value, expected)
+        expected = f"at least {col.minimum:g}" + (f"; {col.why}" if col.why else "")
+        _require(file, col, values, pc.greater_equal(values, col.minimum), expected)
     return values
 
 
@@ -181,7 +178,5 @@ def _check_choices(file: Source, col: Column, values: pa.ChunkedArray) -> pa.Chu
     """Values as lower-cased trimmed strings, all within col.choices; else DataError at the first other."""
     text = pc.utf8_lower(pc.utf8_trim_whitespace(pc.cast(values, pa.string())))
     ok = pc.is_in(text, value_set=pa.array(col.choices))
-    if not pc.all(pc.fill_null(ok, False)).as_py():
-        index, value = _first_bad_row(values, ok)
-        raise _fail_value(file, col, index, value, f"a known value ({', '.join(col.choices or ())})")
+    _require(file, col, values, ok, f"a known value ({', '.join(col.choices or ())})")
     return text

@@ -49,8 +49,7 @@ _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
 _SVM_LABEL = rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?"
 _SVM_QID = re.compile(_SVM_LABEL + rb"\s+qid:")
 _SVM_PLAIN = re.compile(_SVM_LABEL + rb"(?:\s+\d+:\S+)+\s*$")  # `label idx:val ...`, no qid:
-_WS_RUN, _WS_EDGE = re.compile(r"[ \t]+"), re.compile(r"^[ \t]+|[ \t]+(?=\r?\n?$)")
-_WS_RUN_B, _WS_EDGE_B = re.compile(rb"[ \t]+"), re.compile(rb"(?m)^[ \t]+|[ \t]+(?=\r?$)")
+_WS_RUN, _WS_EDGE = re.compile(rb"[ \t]+"), re.compile(rb"(?m)^[ \t]+|[ \t]+(?=\r?$)")
 LABEL_PREFIX = "__label__"  # fastText's, before each label
 LABEL_TEXT_SHARE = 0.9  # of the sampled lines (line 1 among them) that must read `label text`
 FORMAT_NAMES = {
@@ -101,38 +100,52 @@ def flag(delimiter: str) -> str:
     return {"\t": "'\\t'", WHITESPACE: "'\\s+'"}.get(delimiter, repr(delimiter))
 
 
+def _position(data: bytes, at: int, first_line: int = 1) -> str:
+    """'line L, column C (byte)' of byte `at` of `data`, whose first line is `first_line`."""
+    before = data[:at]
+    line, column = first_line + before.count(b"\n"), at - before.rfind(b"\n")
+    return f"line {line}, column {column} (byte)"
+
+
 def refuse_binary(file: Path, expected: str = "a UTF-8 CSV file") -> None:
     """DataError when the start of a text file holds NUL bytes: binary data or UTF-16 text, not `expected`."""
     with open(file, "rb") as handle:
         head = handle.read(1 << 16)
     at = head.find(b"\0")
     if at >= 0:
-        before = head[:at]
-        line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
         raise DataError(
-            f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
-            f"UTF-16 text, not {expected}"
+            f"{file}: {_position(head, at)}: a NUL byte; this is binary data or UTF-16 text, not {expected}"
         )
 
 
-def utf8_error_position(file: Path) -> str:
-    """'line L, column C' of the first byte that is not UTF-8 (error path only: reads the file in chunks)."""
-    line, chunk_size, carry = 1, 1 << 24, b""
+def is_utf8_error(exc: Exception) -> bool:
+    """Whether a pyarrow error says the text is not UTF-8."""
+    return "UTF8" in str(exc) or "UTF-8" in str(exc)
+
+
+def not_utf8(file: Path) -> DataError:
+    """The error for a file that is not UTF-8, naming the first bad byte (error path: reads the file again)."""
     with open(file, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            data = carry + chunk
+        for line, block in line_blocks(handle, 1 << 24):
             try:
-                data.decode("utf-8")
+                block.decode("utf-8")
             except UnicodeDecodeError as exc:
-                if exc.start < len(data) - 4 or len(chunk) < chunk_size:  # not a character cut by the chunk
-                    before = data[: exc.start]
-                    column = exc.start - (before.rfind(b"\n") + 1) + 1
-                    lines = line + before.count(b"\n")
-                    return f"line {lines}, column {column} (byte)"
-            cut = data.rfind(b"\n") + 1 if b"\n" in data else 0
-            line += data[:cut].count(b"\n")
-            carry = data[cut:]
-    return "somewhere"
+                return DataError(f"{file}: {_position(block, exc.start, line)}: text is not valid UTF-8")
+    return DataError(f"{file}: somewhere: text is not valid UTF-8")
+
+
+def line_blocks(handle, size: int = 1 << 20):
+    """(first line's number, whole lines) of a binary file, `size` bytes at a time; the last may lack its newline."""
+    line, carry = 1, b""
+    while chunk := handle.read(size):
+        data = carry + chunk
+        cut = data.rfind(b"\n") + 1
+        carry = data[cut:]
+        if cut:
+            yield line, data[:cut]
+            line += data.count(b"\n", 0, cut)
+    if carry:
+        yield line, carry
 
 
 class _Translated(io.RawIOBase):
@@ -141,7 +154,7 @@ class _Translated(io.RawIOBase):
     def __init__(self, file: Path, delimiter: str):
         super().__init__()
         self._handle = open(file, "rb")
-        self._pending, self._out, self._line, self._done = b"", b"", 1, False
+        self._blocks, self._out = line_blocks(self._handle), b""
         self.file, self.delimiter = file, delimiter
 
     def readable(self) -> bool:
@@ -158,19 +171,15 @@ class _Translated(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         want = size if size and size > 0 else sys.maxsize
-        while len(self._out) < want and not self._done:
-            chunk = self._handle.read(1 << 20)
-            data = self._pending + chunk
-            cut = data.rfind(b"\n") + 1 if chunk else len(data)
-            lines, self._pending, self._done = data[:cut], data[cut:], not chunk
+        while len(self._out) < want and (block := next(self._blocks, None)):
+            line, lines = block
             at = lines.find(SEP.encode())
             if at >= 0:
-                line = self._line + lines.count(b"\n", 0, at)
+                line += lines.count(b"\n", 0, at)
                 raise DataError(
                     f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
                     f"separated by {describe(self.delimiter)}; remove it"
                 )
-            self._line += lines.count(b"\n")
             self._out += _translate(lines, self.delimiter)
         out, self._out = self._out[:want], self._out[want:]
         return out
@@ -185,7 +194,7 @@ def _translate(lines: bytes, delimiter: str) -> bytes:
         or lines.startswith(b" ")
         or lines.endswith(b" ")
     ):
-        return _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
+        return _WS_RUN.sub(SEP.encode(), _WS_EDGE.sub(b"", lines))
     return lines.replace(b" ", SEP.encode())  # single spaces between fields only (SASRec's files): C speed
 
 
@@ -233,31 +242,35 @@ def delimited_source(file: Path, delimiter: str):
 def _lines(handle, delimiter: str):
     """Lines of a text handle with a multi-character delimiter translated (error path and samples)."""
     for line in handle:
-        yield _WS_RUN.sub(SEP, _WS_EDGE.sub("", line)) if delimiter == WHITESPACE else line.replace(delimiter, SEP)
+        yield _translate(line.encode("utf-8"), delimiter).decode("utf-8")
 
 
+@contextmanager
 def _reader(handle, delimiter: str):
-    if len(delimiter) == 1:
-        return csv.reader(handle, delimiter=delimiter)
-    return csv.reader(_lines(handle, delimiter), delimiter=SEP, quoting=csv.QUOTE_NONE)
+    """A csv reader of a text handle with `delimiter` (any length) that reads fields of any size."""
+    limit = csv.field_size_limit(sys.maxsize)
+    try:
+        if len(delimiter) == 1:
+            yield csv.reader(handle, delimiter=delimiter)
+        else:
+            yield csv.reader(_lines(handle, delimiter), delimiter=SEP, quoting=csv.QUOTE_NONE)
+    finally:
+        csv.field_size_limit(limit)
 
 
 def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS, text: str | None = None) -> list[list[str]]:
     """The first records (blank lines skipped) of `file` (or of its sample `text`) read with `delimiter`."""
     text = _head(file).decode("utf-8-sig", errors="replace") if text is None else text
     out: list[list[str]] = []
-    limit_before = csv.field_size_limit()
-    try:
-        csv.field_size_limit(sys.maxsize)
-        for row in _reader(io.StringIO(text, newline=""), delimiter):
-            if row:
-                out.append(row)
-            if len(out) >= limit:
-                break
-    except csv.Error:
-        pass  # a quote left open at the sample's end: the records so far
-    finally:
-        csv.field_size_limit(limit_before)
+    with _reader(io.StringIO(text, newline=""), delimiter) as reader:
+        try:
+            for row in reader:
+                if row:
+                    out.append(row)
+                if len(out) >= limit:
+                    break
+        except csv.Error:
+            pass  # a quote left open at the sample's end: the records so far
     return out
 
 
@@ -293,11 +306,9 @@ def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
 
 def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int, list[str]]:
     """(line, fields) of data record `index` (0-based, no header), lines counted as an editor does (error path)."""
-    limit = csv.field_size_limit()
     try:
-        csv.field_size_limit(sys.maxsize)
-        with open(file, encoding="utf-8-sig", errors="replace", newline="") as handle:
-            reader, record, end = _reader(handle, delimiter), -1 if header else 0, 0
+        with open(file, encoding="utf-8-sig", errors="replace", newline="") as f, _reader(f, delimiter) as reader:
+            record, end = -1 if header else 0, 0
             for row in reader:
                 start, end = end + 1, reader.line_num
                 if not row:  # a blank line: pyarrow skips it too
@@ -307,8 +318,6 @@ def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int
                 record += 1
     except (csv.Error, OSError, ValueError):
         pass
-    finally:
-        csv.field_size_limit(limit)
     return index + 1 + header, []
 
 
@@ -326,13 +335,7 @@ def read_jsonl(file: Path) -> pa.Table:
         raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
 
 
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "number"
-    names: dict[type, str] = {str: "string", dict: "object", list: "array"}
-    return names.get(type(value), "value")
+_JSON_KINDS = {bool: "true/false", int: "number", float: "number", str: "string", dict: "object", list: "array"}
 
 
 def _jsonl_problem(file: Path, reason: str) -> str:
@@ -351,11 +354,13 @@ def _jsonl_problem(file: Path, reason: str) -> str:
             except json.JSONDecodeError as exc:
                 return f"line {number}, column {exc.colno}: not valid JSON ({exc.msg}); JSON lines hold one object per line"
             if not isinstance(value, dict):
-                return f"line {number}: a JSON {_kind(value)} where an object {{...}} is expected"
+                return (
+                    f"line {number}: a JSON {_JSON_KINDS.get(type(value), 'value')} where an object {{...}} is expected"
+                )
             for key, item in value.items():
                 if item is None:
                     continue
-                kind = _kind(item)
+                kind = _JSON_KINDS.get(type(item), "value")
                 first = seen.setdefault(key, (kind, number))
                 if first[0] != kind:
                     return (
@@ -425,8 +430,8 @@ def read_label_text(file: Path) -> pa.Table:
     try:  # one column: SEP never separates text
         lines = read_delimited(file, SEP, ["line"], {"line": pa.string()}, quote_char=False).column(0)
     except pa.ArrowInvalid as exc:
-        if "UTF8" in str(exc) or "UTF-8" in str(exc):
-            raise DataError(f"{file}: {utf8_error_position(file)}: text is not valid UTF-8") from None
+        if is_utf8_error(exc):
+            raise not_utf8(file) from None
         raise DataError(f"{file}: a line holds a control character (unit separator, 0x1f); remove it") from None
     lines = lines.filter(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0))
     parts = pc.extract_regex(lines, _LABEL_LINE)

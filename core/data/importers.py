@@ -28,14 +28,9 @@ from core.files import file_kind
 from core.text import first_line, printable
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
-READ_SUFFIXES = (
-    ".csv",
-    ".parquet",
-    ".pq",
-    *formats.DELIMITED_SUFFIXES[1:],
-    *formats.JSON_SUFFIXES,
-    *formats.SVMLIGHT_SUFFIXES,
-)  # what read_table reads
+PARQUET_SUFFIXES = SUFFIXES[1:]
+# what read_table reads
+READ_SUFFIXES = (*SUFFIXES, *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES, *formats.SVMLIGHT_SUFFIXES)
 # Names of the expected columns, used when the name is absent and exactly one of these is there (normalise_name).
 ALIASES = {
     "user_id": ("userid", "user", "uid"),
@@ -54,7 +49,6 @@ HEADERLESS_LAYOUTS = {
         ("user_id", "item_id", "rating", "timestamp"),
     ),
 }
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 @dataclass(frozen=True)
@@ -212,9 +206,8 @@ def _resolve(src: Source, names: list[str], columns: list[Column], options: Read
             positions[col.name] = hits[0]
         elif len(hits) > 1 and col.required:
             raise DataError(
-                f"{src}: {where}missing column {col.name!r}; "
-                f"{formats.shorten(', '.join(names[i] for i in hits), 80)} could each be it: "
-                f"choose one with --column {col.name}=NAME"
+                f"{src}: {where}missing column {col.name!r}; {formats.shorten(', '.join(names[i] for i in hits), 80)} "
+                f"could each be it: choose one with --column {col.name}=NAME"
             )
     src.positions, src.names = positions, list(names)
     for name, index in positions.items():
@@ -263,11 +256,8 @@ def _read_source(
     names = table.schema.names
     positions = _resolve(src, names, columns, options)
     used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
-    counts = Counter(names)
     where = "line 1: " if src.kind == "csv" else ""
-    for name in dict.fromkeys(names):
-        if name in used and (count := counts[name]) > 1:
-            raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
+    _refuse_repeated(file, names, used, where)
     for col in columns:
         if col.required and col.name not in positions:
             hint = f"; {col.hint}" if col.hint else ""
@@ -344,8 +334,7 @@ def _found_columns(names: list[str], src: Source | None = None) -> str:
     if src is not None and not src.header:
         return (
             f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
-            f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
-            "--column NAME=POSITION"
+            f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with --column NAME=POSITION"
         )
     used = src.delimiter if src is not None else ","
     if len(names) == 1:
@@ -377,13 +366,13 @@ def _read_csv(src: Source, text_columns: Sequence[str] = (), column_names: list[
         table = formats.read_delimited(file, src.delimiter, column_names, {name: pa.string() for name in text_columns})
     except pa.ArrowInvalid as exc:
         text = str(exc)
-        if "UTF8" in text or "UTF-8" in text:
-            raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8") from None
+        if formats.is_utf8_error(exc):
+            raise formats.not_utf8(file) from None
         if "Empty CSV file" in text:
             raise DataError(f"{file}: empty file (line 1: no header)") from None
         raise DataError(f"{file}: {_csv_parse_problem(src, text, column_names)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
-        raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8")
+        raise formats.not_utf8(file)
     return table
 
 
@@ -417,21 +406,24 @@ def _csv_parse_problem(src: Source, text: str, column_names: list[str] | None = 
     return f"cannot parse CSV: {formats.shorten(reason, 60)}"
 
 
+def _refuse_repeated(file: Path, names: list[str], used: set[str] | None = None, where: str = "") -> None:
+    """DataError at the first name (of `used`, else any) that `names` holds more than once."""
+    for name, count in Counter(names).items():
+        if count > 1 and (used is None or name in used):
+            raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
+
+
 def _read_parquet(file: Path) -> pa.Table:
     try:
         return pq.read_table(file)
     except (pa.ArrowInvalid, OSError) as exc:
-        try:
-            names = pq.read_schema(file).names
-        except (pa.ArrowInvalid, OSError):
-            names = []
-        for name in dict.fromkeys(names):
-            if names.count(name) > 1:
-                raise DataError(
-                    f"{file}: column {name!r} appears {names.count(name)} times; column names must be unique"
-                ) from None
         reason = formats.shorten(first_line(str(exc)), 120)
-        raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
+    try:
+        names = pq.read_schema(file).names
+    except (pa.ArrowInvalid, OSError):
+        names = []
+    _refuse_repeated(file, names)
+    raise DataError(f"{file}: not a readable Parquet file: {reason}")
 
 
 def require_rows(path: str, split: dict, what: str, need: str) -> None:

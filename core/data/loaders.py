@@ -49,13 +49,10 @@ class LoaderSettings:
 
     def kwargs(self, persistent: bool = True) -> dict:
         """DataLoader keyword arguments; `persistent` False: workers end with each pass (evaluation)."""
-        extra = {}
+        out = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
         if self.num_workers > 0:
-            extra = {
-                "prefetch_factor": self.prefetch_factor,
-                "persistent_workers": persistent and self.persistent_workers,
-            }
-        return {"num_workers": self.num_workers, "pin_memory": self.pin_memory, **extra}
+            out.update(prefetch_factor=self.prefetch_factor, persistent_workers=persistent and self.persistent_workers)
+        return out
 
 
 def check_dataset(dataset, what: str) -> int:
@@ -65,9 +62,8 @@ def check_dataset(dataset, what: str) -> int:
         rows = len(dataset)
     except TypeError:
         raise DataError(
-            f"{what} is an {kind} ({type(dataset).__name__}) without __len__: give it one (the "
-            f"samples one pass yields, over all processes and workers), so epochs can be "
-            f"counted"
+            f"{what} is an {kind} ({type(dataset).__name__}) without __len__: give it one (the samples one pass "
+            f"yields, over all processes and workers), so epochs can be counted"
         ) from None
     if rows <= 0:
         raise DataError(f"{what} ({type(dataset).__name__}) is empty")
@@ -80,9 +76,8 @@ def check_item(item, what: str) -> None:
     """A Dataset's item (or a collated batch) must be a dict: the task's loss reads batch['name']."""
     if not isinstance(item, Mapping):
         raise DataError(
-            f"{what}: an item is a {type(item).__name__}, not a dict of tensors; return "
-            f"{{'x': ..., 'y': ...}} from __getitem__ (or __iter__): the task's loss reads the batch "
-            f"by name"
+            f"{what}: an item is a {type(item).__name__}, not a dict of tensors; return {{'x': ..., 'y': ...}} "
+            f"from __getitem__ (or __iter__): the task's loss reads the batch by name"
         )
 
 
@@ -115,14 +110,13 @@ class ResumableSampler(DistributedSampler):
         return super().__len__() - self.skip
 
 
+@dataclass(slots=True, eq=False)
 class _Epoch:
     """One epoch's pass of a LoaderBatches: its DataLoader iterator, started at the first batch asked for."""
 
-    __slots__ = ("epoch", "iterator", "next")
-
-    def __init__(self, epoch: int):
-        self.epoch, self.next = epoch, -1
-        self.iterator: Iterator | None = None
+    epoch: int
+    next: int = -1
+    iterator: Iterator | None = None
 
 
 class LoaderBatches:
@@ -270,19 +264,17 @@ class DatasetSplit:
             return self if shards_itself(self.dataset) else None
         if (rank, world_size) not in self._shares:
             start, end = self.rows * rank // world_size, self.rows * (rank + 1) // world_size
-            self._shares[(rank, world_size)] = DatasetSplit(
-                Subset(self.dataset, range(start, end)),
-                self.batch_size,
-                self.device,
-                self.settings,
-                self.what,
-                rows=end - start,
-            )
+            self._shares[(rank, world_size)] = self._like(Subset(self.dataset, range(start, end)), end - start)
         return self._shares[(rank, world_size)]
 
     def batched(self, batch_size: int) -> DatasetSplit:
         """The same rows, iterated in batches of `batch_size` (e.g. a batch-size finder's trial)."""
-        return DatasetSplit(self.dataset, batch_size, self.device, self.settings, self.what, rows=self.rows)
+        return self._like(self.dataset, self.rows, batch_size)
+
+    def _like(self, dataset, rows: int, batch_size: int | None = None) -> DatasetSplit:
+        """`rows` rows of `dataset`, read as this split is."""
+        batch_size = self.batch_size if batch_size is None else batch_size
+        return DatasetSplit(dataset, batch_size, self.device, self.settings, self.what, rows=rows)
 
     def head(self, rows: int) -> DatasetSplit:
         """Its first `rows` rows (read in this process), e.g. to learn the metrics' names on a few rows."""

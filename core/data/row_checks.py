@@ -54,14 +54,21 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
     from core.data import formats
 
     t = values.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        try:  # the common case, numbers only: one cast (a NaN or inf is caught as not finite below)
+    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        out = pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64()).to_numpy(zero_copy_only=False)
+        out = np.asarray(out, dtype=np.float64)
+        checks.add(values.is_null().to_numpy(zero_copy_only=False), lambda i: f"{name} is empty")
+    elif text or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t):
+        try:  # numbers (and text holding only numbers): one cast (a NaN or inf is caught as not finite below)
             out = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
             if values.null_count:  # a Parquet null
                 missing = values.is_null().to_numpy(zero_copy_only=False)
                 out = np.where(missing, 0.0, out)
                 checks.add(missing, lambda i: f"{name} is empty")
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value is not a number: find which
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some text is not a number: find which
+            if not text:
+                raise
             empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), True)
             empty = empty.to_numpy(zero_copy_only=False)
             ok = np.array(
@@ -81,15 +88,6 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
                     f"{name} {shown_value(values[i].as_py())} is not a number" + (" or a date-time" if dates else "")
                 ),
             )
-    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
-        out = pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64()).to_numpy(zero_copy_only=False)
-        out = np.asarray(out, dtype=np.float64)
-        checks.add(values.is_null().to_numpy(zero_copy_only=False), lambda i: f"{name} is empty")
-    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t):
-        missing = values.is_null().to_numpy(zero_copy_only=False)
-        out = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
-        out = np.where(missing, 0.0, out)
-        checks.add(missing, lambda i: f"{name} is empty")
     else:
         raise DataError(f"column {name!r} holds {t} values, not numbers")
     with np.errstate(all="ignore"):

@@ -86,12 +86,8 @@ def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
                 f"{source.data} holds train/validation/test files already: give its "
                 f"training file as data, or leave val_data and test_data empty",
             )
-        files = (
-            {"train": source.data}
-            | ({"val": source.val_data} if source.val_data else {})
-            | ({"test": source.test_data} if source.test_data else {})
-        )
-        return files, "the given files"
+        given = {"train": source.data, "val": source.val_data, "test": source.test_data}
+        return {split: path for split, path in given.items() if path}, "the given files"
     if source.data:
         convention = folder_splits(source.data)
         if convention is not None:
@@ -160,7 +156,7 @@ def _names_split_column(source: DataSource) -> bool:
         return True
     file = importers.data_files(source.data)[0]
     try:
-        if file.suffix.lower() in (".parquet", ".pq"):
+        if file.suffix.lower() in importers.PARQUET_SUFFIXES:
             import pyarrow.parquet as pq
 
             names = pq.read_schema(file).names
@@ -191,6 +187,5 @@ def seeded_thirds(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray,
 def carve(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices 0..n-1 split into (kept, carved): CARVED_FRACTION carved out, at least one when n > 1."""
     perm = np.random.default_rng([seed, salt]).permutation(n)
-    cut = int(round(CARVED_FRACTION * n)) if n > 1 else 0
-    cut = max(cut, 1) if n > 1 else 0
+    cut = max(int(round(CARVED_FRACTION * n)), 1) if n > 1 else 0
     return np.sort(perm[cut:]), np.sort(perm[:cut])

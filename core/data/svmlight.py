@@ -124,7 +124,7 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
     try:
         lines.validate(full=True)
     except pa.ArrowInvalid:
-        raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8") from None
+        raise formats.not_utf8(file) from None
     colons = np.diff(np.searchsorted(np.flatnonzero(raw == 58), offsets))  # per line
     spaced = part.replace(b":", b" ")  # same length: the line offsets hold
     trimmed = pc.ascii_trim_whitespace(
@@ -184,28 +184,14 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
 def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tuple[pa.Table, np.ndarray]:
     """An svmlight file -> (table of query_id, doc_id, label, f1..fN, each row's line)."""
     lines, labels, qids, blocks = [], [], [], []
-    line, carry = 1, b""
     with open(file, "rb") as handle:
-        while True:
-            chunk = handle.read(block)
-            buf = carry + chunk
-            if chunk:
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = buf
-                    continue
-                part, carry = buf[:cut], buf[cut:]
-            else:
-                part, carry = buf, b""
+        for line, part in formats.line_blocks(handle, block):
             if part.strip():
                 at, label, qid, features = _svm_block(file, part, line, with_qid)
                 lines.append(at)
                 labels.append(label)
                 qids.append(qid)
                 blocks.append(features)
-            line += part.count(b"\n")
-            if not chunk:
-                break
     row_lines = np.concatenate(lines) if lines else np.zeros(0, np.int64)
     width = max((max(b, default=0) for b in blocks), default=0)
     columns = {

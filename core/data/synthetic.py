@@ -216,31 +216,22 @@ def generate_ranking(queries: int, docs: int, n_features: int, noise: float, see
         drawn = rng.choice(len(kinds), size=extra, p=shares / shares.sum())
         plan += [(kinds[k], int(s)) for k, s in zip(drawn, rng.integers(0, 4, extra))]  # factors u0..u3
     length = np.exp(6.0 + 0.8 * u[4])  # words in the document: hundreds to thousands
+    columns = {  # kind -> its column from a noisy view of a factor (signal) and the factor's index (source)
+        "score": lambda signal, source: np.logaddexp(0.0, 1.5 * signal) * 10.0 ** rng.integers(0, 3),
+        "count": lambda signal, source: rng.poisson(np.exp(0.8 * signal) * length / 1000.0 * rng.uniform(0.5, 20.0)),
+        "lognormal": lambda signal, source: np.exp(1.5 * signal + rng.uniform(0.0, 6.0)),
+        "ratio": lambda signal, source: 1.0 / (1.0 + np.exp(-signal)),
+        "flag": lambda signal, source: signal > rng.uniform(0.5, 1.5),
+        "length": lambda signal, source: np.round(length),
+        "query": lambda signal, source: (q_len if source % 2 == 0 else q_pop)[query],
+        "constant": lambda signal, source: np.full(rows, float(rng.choice([0.0, 1.0, 7.5]))),
+        "sparse": lambda signal, source: np.where(rng.random(rows) < 0.02, np.exp(signal + 2.0), 0.0),
+        "noise": lambda signal, source: rng.standard_normal(rows) * 10.0 ** rng.integers(-2, 4),  # a scale of its own
+    }
     x = np.empty((rows, n_features), dtype=np.float32)
     for j, (kind, source) in enumerate(plan):
-        signal = u[source] + rng.uniform(1.0, 2.5) * rng.standard_normal(rows)  # a noisy view of a factor
-        if kind == "score":
-            column = np.logaddexp(0.0, 1.5 * signal) * 10.0 ** rng.integers(0, 3)
-        elif kind == "count":
-            rate = np.exp(0.8 * signal) * length / 1000.0 * rng.uniform(0.5, 20.0)
-            column = rng.poisson(rate)
-        elif kind == "lognormal":
-            column = np.exp(1.5 * signal + rng.uniform(0.0, 6.0))
-        elif kind == "ratio":
-            column = 1.0 / (1.0 + np.exp(-signal))
-        elif kind == "flag":
-            column = signal > rng.uniform(0.5, 1.5)
-        elif kind == "length":
-            column = np.round(length)
-        elif kind == "query":
-            column = (q_len if source % 2 == 0 else q_pop)[query]
-        elif kind == "constant":
-            column = np.full(rows, float(rng.choice([0.0, 1.0, 7.5])))
-        elif kind == "sparse":
-            column = np.where(rng.random(rows) < 0.02, np.exp(signal + 2.0), 0.0)
-        else:  # noise, on a scale of its own
-            column = rng.standard_normal(rows) * 10.0 ** rng.integers(-2, 4)
-        x[:, j] = column
+        signal = u[source] + rng.uniform(1.0, 2.5) * rng.standard_normal(rows)
+        x[:, j] = columns[kind](signal, source)
     return RankingData(query, x, label, relevance.astype(np.float32))
 
 

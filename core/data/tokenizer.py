@@ -35,8 +35,8 @@ def word_lists(text: pa.ChunkedArray | pa.Array, boundaries: bool = False) -> pa
     return pa.ListArray.from_arrays(pa.array(offsets), flat.filter(keep))
 
 
-def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Stable 32-bit hash of every word; with `negators`, also whether each word is a negator."""
+def word_hashes(words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A stable 32-bit hash of every word, and whether each word is a negator."""
     encoded = pc.dictionary_encode(words)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
@@ -44,8 +44,6 @@ def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[n
     table = np.array([zlib.crc32(w.encode("utf-8")) for w in distinct], dtype=np.uint64)
     indices = encoded.indices.to_numpy(zero_copy_only=False)
     hashes = table[indices] if len(table) else np.zeros(0, np.uint64)
-    if not negators:
-        return hashes
     negator = np.array([w in NEGATORS or w.endswith("n't") for w in distinct], dtype=bool)
     return hashes, negator[indices] if len(negator) else np.zeros(0, bool)
 
@@ -65,9 +63,10 @@ def hashed_tokens(
     """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding."""
     lists = word_lists(text, boundaries=negation_scope > 0)
     flat = lists.flatten()
-    hashes, negator = word_hashes(flat, negators=True)
+    hashes, negator = word_hashes(flat)
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    unigram = hashes
     if negation_scope > 0:
-        offsets = lists.offsets.to_numpy().astype(np.int64)
         row_start = np.zeros(len(flat), dtype=bool)
         row_start[offsets[:-1][np.diff(offsets) > 0]] = True
         boundary = pc.equal(flat, BOUNDARY).to_numpy(zero_copy_only=False)
@@ -76,9 +75,6 @@ def hashed_tokens(
         hashes = hashes[~boundary]
         rows_all = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(rows_all[~boundary], minlength=len(lists)))])
-    else:
-        offsets = lists.offsets.to_numpy().astype(np.int64)
-        unigram = hashes
     lengths = np.diff(offsets)
     rows = np.repeat(np.arange(len(lengths)), lengths)
     position = np.arange(len(hashes)) - offsets[rows]

@@ -1,11 +1,4 @@
-"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics, steer it (see
-docs/remote.md).
-
-    Host(dest, command="amp-console", ssh_options=())      how to reach a host and run amp-console
-    host_devices(host) -> HostInfo                          its version, devices and runs root
-    start_remote_run(host, config, ...) -> RemoteRun        a detached `amp-console train`; .folder on the host
-    follow_remote(host, folder, offset) -> RemoteFollower   iterate: FollowLine (record, offset) / FollowNote
-    control_remote(host, folder, verb) -> ControlResult     pause | resume | stop, acknowledged
-    fetch.list_host_runs(host, local_root) -> HostRuns      the host's runs, as the history's rows
-    fetch.fetch_run(host, folder, local_root) -> FetchedRun a run and its best checkpoint, copied here
+"""Runs on other machines over plain ssh (docs/remote.md): ssh.Host reaches a host; client starts, follows and
+steers a detached run there (host_devices, start_remote_run, follow_remote, control_remote); fetch lists a host's
+runs and copies one here; agent is the host's side; install puts this amp-console there.
 """

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -66,10 +67,8 @@ DEVICE_ENV += ("ZE_AFFINITY_MASK", "OMP_NUM_THREADS", FP8_EMULATE_ENV)
 
 
 def devices(refresh: bool = False) -> list[dict]:
-    """The host's devices as DeviceInfo dicts. Listing them imports torch (seconds on a busy host), so the last
-    probe is kept and answered again while nothing it depends on changed (device_key: this Python, torch and the
-    precision libraries, the boot, the GPU driver, the visible-device variables); a CUDA device's free memory is
-    then read live from nvidia-smi (None where it can't be). `refresh`: probe now."""
+    """The host's devices as DeviceInfo dicts. Probing imports torch (seconds on a busy host), so the last probe is
+    answered again while its device_key holds, with CUDA free memory read live; `refresh`: probe now."""
     from platformdirs import user_cache_path
 
     path, key = user_cache_path("amp-console") / DEVICES_FILE, device_key()
@@ -120,8 +119,7 @@ def device_key() -> dict:
 
 
 def with_free_memory(kept: list[dict]) -> list[dict]:
-    """The kept devices with each CUDA device's free memory now (nvidia-smi, matched by PCI address), None where
-    it can't be read: never the probe's old figure."""
+    """The kept devices with each CUDA device's free memory now (nvidia-smi, by PCI address), else None."""
     free = nvidia_free_memory() if any(d.get("type") == "cuda" for d in kept) else {}
     out = []
     for d in kept:
@@ -155,8 +153,7 @@ def nvidia_free_memory() -> dict[str, int]:
 
 
 def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
-    """A run folder from a folder path, or a run's id, name or unique id prefix under the runs root. AgentError when it
-    names none."""
+    """A run folder from a folder path, or a run's id, name or unique id prefix under the runs root; else AgentError."""
     from core.engine.run_index import find_runs
     from core.engine.run_record import runs_root
 
@@ -272,14 +269,13 @@ def log_tail(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------- follow
 def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS) -> None:
-    """Stream metrics.jsonl's complete lines from `offset` to `out` (binary) as the run writes them, with `#offset N`
-    heartbeats and a final `#end STATUS`. Returns when the run is over or the reader has gone."""
+    """Stream metrics.jsonl's lines from `offset` to `out` as written, `#offset N` heartbeats, then `#end STATUS`."""
     from core.engine.follow import MetricsFollower
 
     if not folder.is_dir():
         raise AgentError(f"{shown_path(folder)}: no such run folder")
     follower = MetricsFollower(folder, offset)
-    try:
+    with _to_caller(), closing(follower):
         out.write(b"#offset %d\n" % offset)  # the stream is up
         out.flush()
         for line in follower.lines(idle_seconds=heartbeat):
@@ -293,10 +289,6 @@ def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS)
         note = log_tail(folder / LOG_FILE) if follower.status == "gone" else ""
         out.write(b"#offset %d\n#end %s\t%s\n" % (follower.offset, follower.status.encode(), note.encode()))
         out.flush()
-    except BrokenPipeError:  # the client went away
-        _quiet_stdout()
-    finally:
-        follower.close()
 
 
 # ----------------------------------------------------------------------------------------------- control
@@ -331,8 +323,7 @@ def upload_path(sha256: str, name: str, runs_dir: str | None = None) -> Path:
 
 
 def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: str | None = None) -> dict:
-    """Keep the file on `stream` under the uploads folder by its sha256 (checked); a file already kept with that size is
-    not sent again (`check_only`: only say whether it is)."""
+    """Keep the file on `stream` in the uploads by its (checked) sha256, unless kept already (`check_only`: say)."""
     path = upload_path(sha256, name, runs_dir)
     if path.is_file() and path.stat().st_size == size:
         return {"path": str(path), "stored": False}
@@ -354,20 +345,17 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
 
 # ----------------------------------------------------------------------------------------------- runs, fetch
 def runs(out, runs_dir: str | None = None) -> None:
-    """One `{"run": record}` line per run under the runs root, as the local history reads them, then `{"root",
-    "runs"}`."""
+    """One `{"run": record}` line per run under the runs root (find_runs), then `{"root", "runs"}`."""
     from core.engine.run_index import find_runs
     from core.engine.run_record import runs_root
 
     root = runs_root(runs_dir)
     records = find_runs(root) if root.is_dir() else []
-    try:
+    with _to_caller():
         for record in records:
             out.write(json.dumps({"run": record}, default=str).encode("utf-8") + b"\n")
         out.write(json.dumps({"root": str(root), "runs": len(records)}).encode("utf-8") + b"\n")
         out.flush()
-    except BrokenPipeError:
-        _quiet_stdout()
 
 
 def sha256_of(f, size: int) -> str:
@@ -380,10 +368,8 @@ def sha256_of(f, size: int) -> str:
 
 
 def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None, which: str = "advised") -> None:
-    """Send a run's RUN_FILES and, `with_checkpoint`, its checkpoint `which` (run_checkpoint; by default the one its
-    summary advised: its best, or its last weights when its validation split was too small to choose by, which the
-    manifest's `notes` say): first the manifest, then the bytes of the files the caller asks for on `reply`. Each
-    file is opened without following links and sent from the same open file it was hashed from."""
+    """Send a run's RUN_FILES (and `with_checkpoint`, run_checkpoint's `which`, its notes in the manifest): the
+    manifest, then the files asked on `reply`, each sent from the open file (no link followed) it was hashed from."""
     from core.engine.run_record import run_checkpoint, runs_root
     from core.errors import CheckpointError
 
@@ -399,10 +385,10 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
         if checkpoint.name not in names:
             names.append(checkpoint.name)
     opened: list[tuple[dict, BinaryIO]] = []
-    try:
+    with _to_caller(), ExitStack() as files_open:
         for name in names:
             try:
-                f = open_regular_no_link(folder / name)
+                f = files_open.enter_context(open_regular_no_link(folder / name))
             except FileNotFoundError:
                 continue
             except UnreadableFile as exc:
@@ -435,18 +421,18 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
                 out.write(chunk)
                 left -= len(chunk)
         out.flush()
-    except BrokenPipeError:  # the caller went away (stopped, or its connection dropped)
-        _quiet_stdout()
-    finally:
-        for _entry, f in opened:
-            f.close()
 
 
-def _quiet_stdout() -> None:
+@contextmanager
+def _to_caller():
+    """Writes to the caller, ended quietly by a BrokenPipeError (the caller stopped or its connection dropped)."""
     try:
-        sys.stdout = open(os.devnull, "w")
-    except OSError:
-        pass
+        yield
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
 
 
 def print_json(value: dict) -> None:

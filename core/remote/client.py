@@ -52,9 +52,8 @@ class HostInfo:
 
 
 def host_devices(host: Host, timeout: float = 120.0, refresh: bool = False) -> HostInfo:
-    """The host's amp-console version, devices (`refresh`: probed again, see core.remote.agent.devices) and runs
-    root. RemoteError (one line) when it is unreachable, has no amp-console or another version, or answers what
-    this version does not read (parse_info)."""
+    """The host's amp-console version, devices (`refresh`: probed again) and runs root; RemoteError (one line) when
+    it is unreachable, has no or another amp-console, or answers what parse_info refuses."""
     return parse_info(host.dest, _agent(host, ["info", *(["--refresh"] * refresh)], timeout=timeout))
 
 
@@ -150,35 +149,31 @@ def start_remote_run(
     runs_dir: str | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RemoteRun:
-    """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host; return once the run holds
-    its folder. `upload_fields`: data settings whose values are local files, copied to the host first; `resume`: a
-    checkpoint path on the host; `nproc`: DDP processes there. A task file the config names is sent along
-    (core.remote.task_file)."""
+    """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host, once its task file is
+    sent and the local files of `upload_fields` copied there; return once the run holds its folder."""
     from core.remote.task_file import task_payload
 
+    say = on_progress or (lambda _text: None)
     values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
     task_file, task_note = task_payload(values["task_file"], host.dest) if values.get("task_file") else (None, "")
     for name in upload_fields:
         if name not in FILE_FIELDS:
             raise ConfigError(name, f"{name} is not a data file setting ({', '.join(FILE_FIELDS)})")
         if values.get(name):
-            if on_progress:
-                on_progress(f"copying {values[name]} to {host.dest} (skipped if it is there already)")
+            say(f"copying {values[name]} to {host.dest} (skipped if it is there already)")
             values[name] = upload(host, values[name])
     request = {"config": values, "resume": resume, "nproc": nproc, "runs_dir": runs_dir}
     if task_file is not None:
         request["task_file"] = task_file
-    if on_progress:
-        if task_note:
-            on_progress(task_note)
-        on_progress(f"starting the run on {host.dest}")
+    if task_note:
+        say(task_note)
+    say(f"starting the run on {host.dest}")
     data = _agent(host, ["start"], payload=json.dumps(request).encode("utf-8"), timeout=600.0)
     return RemoteRun(host, str(data["folder"]), int(data["pid"]), str(data["log"]), str(data.get("task_file") or ""))
 
 
 def control_remote(host: Host, folder: str, verb: str, timeout: float = 30.0) -> ControlResult:
-    """`pause`, `resume` or `stop` the run in `folder` on the host, waiting up to `timeout` s for its acknowledgement
-    and outcome."""
+    """`pause`, `resume` or `stop` the run in `folder` on the host, waiting up to `timeout` s for its outcome."""
     data = _agent(host, ["control", folder, verb, "--timeout", str(timeout)], timeout=timeout + 60.0)
     ack = event_or_none(data["acknowledged"]) if data.get("acknowledged") else None
     outcome = event_or_none(data["outcome"]) if data.get("outcome") else None
@@ -199,10 +194,8 @@ class FollowNote:
 
 @dataclass(eq=False)
 class RemoteFollower:
-    """Iterate metrics.jsonl of a run on a host from byte `offset`: FollowLines, and FollowNotes when the connection
-    drops and comes back (it is retried with back-off from the last complete line). Ends when the run is over (`status`
-    "ended" or "gone") or on close() ("stopped"). RemoteError when the host can't be reached at all or no connection
-    came back for `give_up_after` seconds."""
+    """FollowLines of a host's run's metrics.jsonl from byte `offset`, and FollowNotes as the connection drops and is
+    retried with back-off; ends with the run or on close(); RemoteError if unreachable for `give_up_after` s."""
 
     host: Host
     folder: str
@@ -350,8 +343,7 @@ class LocalFollower:
 
 
 def follow_run(target: str, offset: int = 0, host: Host | None = None, runs_dir: str | None = None):
-    """A follower of `target`: `host:path` over ssh (`host` gives the command and ssh options), a run folder here, or a
-    run's id or name under the runs root. Both kinds iterate FollowLines and close() from any thread."""
+    """A follower of `target`: `host:path` over ssh (reached as `host` says), else a run folder or run here."""
     remote = ssh.parse_target(target) if not os.path.exists(target) else None
     if remote is not None:
         dest, path = remote

@@ -66,15 +66,13 @@ def _plain(part: str) -> bool:
 
 
 def host_folder(dest: str) -> str:
-    """The folder name a host's copies go under: its destination with anything but letters, digits and
-    `@._-` as `_` (never hidden, never `..`)."""
+    """The folder a host's copies go under: its destination, any but letters, digits and `@._-` as `_`, never hidden."""
     name = re.sub(r"[^A-Za-z0-9@._-]", "_", dest)[:MAX_NAME]
     return name if _plain(name) else "_" + name
 
 
 def name_problem(name) -> str | None:
-    """Why `name`, a run's name from a host, can't name a folder under the copies: None when it is one or two
-    plain parts ("run", "sweep/trial")."""
+    """Why a host's run `name` can't name a folder under the copies; None for one or two plain parts ("sweep/trial")."""
     if not isinstance(name, str) or not name:
         return f"the run name {printable(repr(name))} is not text"
     shown = printable(repr(name if len(name) <= 80 else name[:77] + "..."))
@@ -89,8 +87,7 @@ def name_problem(name) -> str | None:
 
 
 def file_problem(name) -> str | None:
-    """Why `name`, a file the host offers, can't be a file of the copy: one of the run's files (RUN_FILES) or a
-    checkpoint (`*.pt`), a plain name."""
+    """Why a file the host offers can't be in the copy (not one of RUN_FILES or a plain `*.pt` name); else None."""
     if not isinstance(name, str) or not name:
         return f"the file name {printable(repr(name))} is not text"
     shown = printable(repr(name if len(name) <= 80 else name[:77] + "..."))
@@ -202,32 +199,29 @@ class _Call:
             return RemoteError(f"{self.host.dest}: stopped")
         if self.silent:
             return RemoteError(f"{self.host.dest}: no answer for {self.silence:g} s; check the host's load and network")
+        if (code := self._wait()) != 0:
+            return ssh.failure(self.host, code, b"".join(self._stderr).decode("utf-8", "replace"))
+        return None
+
+    def _wait(self) -> int:
         try:
             code = self.process.wait(self.silence)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # it keeps talking after its answer: what was read was checked
             ssh.kill(self.process)
             code = self.process.wait()
         self._drain.join(5)
-        if code != 0:
-            return ssh.failure(self.host, code, b"".join(self._stderr).decode("utf-8", "replace"))
-        return None
+        return code
 
     def close(self) -> None:
         self._done.set()
         self.send(b"")
-        try:
-            self.process.wait(self.silence)
-        except subprocess.TimeoutExpired:  # it keeps talking after its answer: what was read was checked
-            ssh.kill(self.process)
-            self.process.wait()
-        self._drain.join(5)
+        self._wait()
         for pipe in (self.stdout, self.stderr):
             pipe.close()
 
 
 def _answer_lines(call: _Call, what: str):
-    """The answer's JSON object lines, each bounded and parsed: (the object, None), or (None, the reason) for a bad
-    line. Other lines (a login banner) are skipped."""
+    """The answer's JSON object lines, bounded: (object, None), or (None, why) for a bad one; a banner is skipped."""
     while True:
         raw = call.readline(RECORD_LIMIT + 1)
         if not raw:
@@ -249,8 +243,7 @@ def _answer_lines(call: _Call, what: str):
 def list_host_runs(
     host: Host, local_root: str | os.PathLike, stop: Callable[[], bool] | None = None, silence: float = SILENCE_SECONDS
 ) -> HostRuns:
-    """The runs under the host's runs root (newest first), as rows of this machine's history (listed_run). RemoteError
-    (one line) when the host can't be reached or did not answer as an agent does."""
+    """The host's runs (newest first) as this machine's history rows (listed_run); RemoteError (one line) on failure."""
     call = _Call(host, ["runs"], stop, silence)
     runs: list[dict] = []
     summary = None
@@ -263,11 +256,10 @@ def list_host_runs(
                 summary = value
             else:
                 runs.append(_refused(host.dest, local_root, len(runs), problem or "a record that is not a run"))
-        failed = call.problem()
+        if (failed := call.problem()) is not None:
+            raise failed
     finally:
         call.close()
-    if failed is not None:
-        raise failed
     if summary is None:
         raise RemoteError(f"{host.dest}: `amp-console agent runs` gave no answer; is `{host.command}` amp-console?")
     return HostRuns(host.dest, printable(str(summary.get("root"))), runs)
@@ -373,13 +365,11 @@ def fetch_run(
     stop: Callable[[], bool] | None = None,
     silence: float = SILENCE_SECONDS,
 ) -> FetchedRun:
-    """Copy the run in `folder` on the host (a folder, or a run's name or id there) into
-    `<local_root>/.hosts/<host>/<its name>/`: its run files and, with `checkpoint`, its best (else last) checkpoint.
-    Files already matching are not sent; `on_progress(bytes done, bytes to send, file name)`; a checkpoint the host no
-    longer names is removed. `stop()` true ends the transfer (RemoteError)."""
-    dest = host.dest
+    """Copy the run `folder` (or a run's name or id) on the host, and with `checkpoint` its advised checkpoint, into
+    `<local_root>/.hosts/<host>/<its name>/`, sending only what differs and removing checkpoints the host no longer
+    names; `on_progress(bytes done, bytes to send, file name)`; `stop()` true ends it (RemoteError)."""
+    dest, say = host.dest, on_progress or (lambda done, total, name: None)
     call = _Call(host, ["fetch", folder, *(["--checkpoint"] if checkpoint else [])], stop, silence)
-    sent: list[str] = []
     kept: list[dict] = []
     done = 0
     try:
@@ -398,8 +388,7 @@ def fetch_run(
             (kept if _same(target / entry["name"], entry) else wanted).append(entry)
         call.send((json.dumps({"send": [e["name"] for e in wanted]}) + "\n").encode("utf-8"))
         total = sum(e["size"] for e in wanted)
-        if on_progress:
-            on_progress(0, total, wanted[0]["name"] if wanted else "")
+        say(0, total, wanted[0]["name"] if wanted else "")
         for entry in wanted:
             digest, left = hashlib.sha256(), entry["size"]
             with atomic_open(target / entry["name"]) as out:
@@ -415,16 +404,13 @@ def fetch_run(
                     out.write(chunk)
                     left -= len(chunk)
                     done += len(chunk)
-                    if on_progress:
-                        on_progress(done, total, entry["name"])
+                    say(done, total, entry["name"])
                 if digest.hexdigest() != entry["sha256"]:
                     raise RemoteError(
                         f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
                         f"host's); fetch it again"
                     )
-            sent.append(entry["name"])
-        failed = call.problem()
-        if failed is not None:
+        if (failed := call.problem()) is not None:
             raise failed
     finally:
         call.close()
@@ -439,7 +425,7 @@ def fetch_run(
         str(value.get("folder") or folder),
         target,
         target / held if checkpoint and held else None,
-        sent,
+        [e["name"] for e in wanted],
         [e["name"] for e in kept],
         done,
     )

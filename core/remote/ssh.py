@@ -29,8 +29,7 @@ class RemoteError(AmpConsoleError):
 
 @dataclass(frozen=True)
 class Host:
-    """A machine reached with ssh: `dest` as `ssh` takes it, `command` runs amp-console there, `ssh_options` are extra
-    ssh arguments."""
+    """A machine reached with ssh: `dest` as `ssh` takes it, `command` runs amp-console there."""
 
     dest: str
     command: str = field(default_factory=lambda: os.environ.get(REMOTE_COMMAND_ENV, "").strip() or "amp-console")
