@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QWidget
 
+from app.panels.editors import vbox
 from app.plot_title import FittedTitle
 
 BAR_COLOURS = {
@@ -34,9 +35,7 @@ class BarChart(QWidget):
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
         self.plot.setMinimumHeight(200)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot)
+        vbox(self, self.plot)
         self.title = FittedTitle(self.plot, title)  # elided to the chart's width, whole in its tooltip
         self._items: list = []
         self.values: list[float] = []

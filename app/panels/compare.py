@@ -10,20 +10,12 @@ import math
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QSpinBox,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.assets import restyle
 from app.panels.bars import BarChart
-from app.panels.tool_dialog import ToolDialog
+from app.panels.editors import hbox
+from app.panels.tool_dialog import ToolDialog, split
 from app.panels.tuning import add_row, make_table
 from core.config import OPTIMIZERS
 
@@ -72,25 +64,16 @@ class CompareDialog(ToolDialog):
     def _build_controls(self, controls: QHBoxLayout) -> None:
         self._add_mode_checks(controls, "", tf32=True, fp32_fixed=True)
         controls.addSpacing(16)
-        controls.addWidget(QLabel("Steps:"))  # the row fits a 1366-pixel screen
-        self.stepsEdit = QSpinBox(objectName="sweepStepsEdit", minimum=2, maximum=10_000, value=20)
-        self.stepsEdit.setToolTip("Optimizer steps per timed window; the median of the windows is reported")
-        controls.addWidget(self.stepsEdit)
-        controls.addWidget(QLabel("Windows:"))
-        self.repeatsEdit = QSpinBox(objectName="sweepRepeatsEdit", minimum=1, maximum=50, value=3)
-        self.repeatsEdit.setToolTip("Timed windows per mode, after one warm-up window")
-        controls.addWidget(self.repeatsEdit)
-        controls.addWidget(QLabel("Threads:"))
-        self.threadsEdit = QSpinBox(
-            objectName="sweepThreadsEdit", minimum=0, maximum=max(1, os.cpu_count() or 1), value=0
+        tip = "Optimizer steps per timed window; the median of the windows is reported"
+        self.stepsEdit = self._spin(controls, "Steps:", "sweepStepsEdit", 2, 10_000, 20, tip)  # fits 1366 pixels
+        tip = "Timed windows per mode, after one warm-up window"
+        self.repeatsEdit = self._spin(controls, "Windows:", "sweepRepeatsEdit", 1, 50, 3, tip)
+        tip = (
+            "CPU threads torch uses inside an op while measuring; auto = the engine's choice. Fix it when something "
+            "else shares the CPU, so the advice does not rest on thread contention. The count used is shown per mode."
         )
+        self.threadsEdit = self._spin(controls, "Threads:", "sweepThreadsEdit", 0, max(1, os.cpu_count() or 1), 0, tip)
         self.threadsEdit.setSpecialValueText("auto")
-        self.threadsEdit.setToolTip(
-            "CPU threads torch uses inside an op while measuring; auto = the engine's "
-            "choice. Fix it when something else shares the CPU, so the advice does not "
-            "rest on thread contention. The count used is shown per mode."
-        )
-        controls.addWidget(self.threadsEdit)
         controls.addSpacing(16)  # the optimizers' checks, named as they are
         self.optimizerChecks = {name: QCheckBox(name, objectName=f"{name}OptimizerCheck") for name in OPTIMIZERS}
         self._optimizer_reasons: dict[str, str] = {}  # optimizer -> why a detected device cannot run it
@@ -98,8 +81,7 @@ class CompareDialog(ToolDialog):
             controls.addWidget(check)
 
     def refresh_setting(self) -> None:
-        """The setting line; the form's optimizer checked when none is; an optimizer a detected device cannot run
-        (`unsupported`: adamw8bit without bitsandbytes) disabled with the reason."""
+        """The setting line; the form's optimizer checked when none is; one a detected device cannot run disabled."""
         super().refresh_setting()
         for name, check in self.optimizerChecks.items():
             reason = next((r for d in self._detected_devices() if (r := getattr(d, "unsupported", {}).get(name))), "")
@@ -107,10 +89,7 @@ class CompareDialog(ToolDialog):
             check.setChecked(check.isChecked() and not reason)
             check.setToolTip(reason or f"Measure every mode with {name} too: a row each ({name} beside the others)")
         if not any(c.isChecked() for c in self.optimizerChecks.values()):
-            try:
-                own = self._config_provider().optimizer
-            except Exception:
-                own = "adamw"
+            own = self._form_setting("optimizer", "adamw")
             if own in self.optimizerChecks and not self._optimizer_reasons[own]:
                 self.optimizerChecks[own].setChecked(True)
         self._update_use()
@@ -125,26 +104,17 @@ class CompareDialog(ToolDialog):
         self.throughputChart = BarChart("Throughput", "Samples/s", objectName="throughputBars")
         self.memoryChart = BarChart("Peak memory", "MiB", objectName="memoryBars")
         charts = QWidget()
-        charts_layout = QHBoxLayout(charts)
-        charts_layout.setContentsMargins(0, 0, 0, 0)
-        charts_layout.addWidget(self.throughputChart)
-        charts_layout.addWidget(self.memoryChart)
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.table)
-        splitter.addWidget(charts)
-        splitter.setSizes([220, 360])
+        charts.setLayout(hbox(self.throughputChart, self.memoryChart))
+        charts.layout().setContentsMargins(0, 0, 0, 0)
+        splitter = split(Qt.Orientation.Vertical, [220, 360], self.table, charts)
 
         self.recommendation = restyle(QLabel(objectName="recommendation", wordWrap=True), role="heading")
-        self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
+        self.trainButton = QPushButton("Train with this", objectName="trainWithButton", clicked=self._train)
         self.trainButton.setToolTip(
             "Set the precision (and optimizer) to the recommended row's and start a full training run"
         )
-        self.trainButton.clicked.connect(self._train)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.recommendation, 1)
-        bottom.addWidget(self.trainButton)
         layout.addWidget(splitter, 1)
-        layout.addLayout(bottom)
+        layout.addLayout(hbox((self.recommendation, 1), self.trainButton))
 
     # ------------------------------------------------------------------ running
     def _job(self, config):
@@ -153,30 +123,14 @@ class CompareDialog(ToolDialog):
         self.memoryChart.clear()
         self.recommendation.setText("")
         modes = self.selected_modes()
-        steps, repeats, devices = self.stepsEdit.value(), self.repeatsEdit.value(), self._devices_provider()
+        steps, repeats = self.stepsEdit.value(), self.repeatsEdit.value()
         optimizers = self.selected_optimizers(config.optimizer)
         config = config.replace(threads=self.threadsEdit.value(), optimizer=optimizers[0])
         self._optimizer = config.optimizer
         self._windows_done, self._windows_per_mode = 0, WARMUP_WINDOWS + repeats
         # skipped modes jump ahead when they end
         self._reset_progress(max(1, len(modes) * len(optimizers) * self._windows_per_mode), "%v of %m windows")
-
-        def run(progress, control):  # a plain call into core (no Qt), stoppable between modes
-            from core.lab.tool_child import run_tool
-
-            return run_tool(
-                "compare",
-                config,
-                modes=modes,
-                steps=steps,
-                repeats=repeats,
-                devices=devices,
-                progress=progress,
-                control=control,
-                optimizer_options=optimizers,
-            )
-
-        return run
+        return self._tool("compare", config, modes=modes, steps=steps, repeats=repeats, optimizer_options=optimizers)
 
     def _on_progress(self, progress) -> None:
         which = f"mode {progress.index + 1} of {progress.total}"

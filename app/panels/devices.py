@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QGroupBox, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QLabel, QListWidget, QListWidgetItem, QToolButton
 
 from app.assets import icon, restyle
-from app.panels.editors import hbox
+from app.panels.editors import hbox, vbox
 from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
@@ -78,24 +78,19 @@ class DevicesPanel(QGroupBox):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setMinimumHeight(50)
         self.list.currentRowChanged.connect(self._on_row_changed)
-        self.refreshButton = QToolButton(objectName="refreshDevicesButton")
-        self.refreshButton.setIcon(icon("refresh"))
+        self.refreshButton = QToolButton(objectName="refreshDevicesButton", icon=icon("refresh"), clicked=self.refresh)
         self.refreshButton.setToolTip("Detect devices again")
-        self.refreshButton.clicked.connect(self.refresh)
         self.summary = restyle(QLabel("Detecting devices…", objectName="deviceSummary"), role="hint")
-        self.addHostButton = QToolButton(objectName="addHostButton", text="Add host…")
+        self.addHostButton = QToolButton(objectName="addHostButton", text="Add host…", clicked=self.ask_add_host)
         self.addHostButton.setToolTip("Train on another machine over ssh: list its devices here")
-        self.addHostButton.clicked.connect(self.ask_add_host)
-        self.removeHostButton = QToolButton(objectName="removeHostButton", text="Remove host")
+        self.removeHostButton = QToolButton(
+            objectName="removeHostButton", text="Remove host", enabled=False, clicked=self.remove_selected_host
+        )
         self.removeHostButton.setToolTip("Forget the selected host (its runs go on there)")
-        self.removeHostButton.clicked.connect(self.remove_selected_host)
-        self.removeHostButton.setEnabled(False)
         self.hostProblem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.hostProblem.hide()
-        layout = QVBoxLayout(self)
-        layout.addLayout(hbox((self.summary, 1), self.addHostButton, self.removeHostButton, self.refreshButton))
-        layout.addWidget(self.list)
-        layout.addWidget(self.hostProblem)
+        buttons = hbox((self.summary, 1), self.addHostButton, self.removeHostButton, self.refreshButton)
+        vbox(self, buttons, self.list, self.hostProblem, margins=True)
 
     @property
     def devices(self) -> list:

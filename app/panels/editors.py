@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeVar
 
 from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QLineEdit,
     QStyle,
     QStyleOptionComboBox,
@@ -28,9 +31,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.assets import restyle
+from core.config import columns_text, parse_columns
 
 WIDE_INT = 2**53  # every integer up to this is exact in a double
 WIDE_FLOAT = 1e300
+Box = TypeVar("Box", bound=QBoxLayout)
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
 
@@ -54,15 +59,28 @@ def mark_choices(combo: QComboBox, why_not) -> None:
         item.setStatusTip(reason)
 
 
-def hbox(*items) -> QHBoxLayout:
-    """`items` side by side: a widget, a tuple as addWidget takes it (widget, stretch[, alignment]), None a stretch."""
-    row = QHBoxLayout()
+def _fill(box: Box, items) -> Box:
+    """`items` into `box`: a widget or layout, a tuple as addWidget (addLayout) takes it, None a stretch."""
     for item in items:
         if item is None:
-            row.addStretch(1)
+            box.addStretch(1)
         else:
-            row.addWidget(*(item if isinstance(item, tuple) else (item,)))
-    return row
+            item = item if isinstance(item, tuple) else (item,)
+            (box.addLayout if isinstance(item[0], QLayout) else box.addWidget)(*item)
+    return box
+
+
+def hbox(*items) -> QHBoxLayout:
+    """`items` side by side: a widget, a tuple as addWidget takes it (widget, stretch[, alignment]), None a stretch."""
+    return _fill(QHBoxLayout(), items)
+
+
+def vbox(parent: QWidget, *items, margins: bool = False) -> QVBoxLayout:
+    """`parent`'s layout: `items` (as hbox takes them, a layout too) one under another, without margins unless asked."""
+    box = QVBoxLayout(parent)
+    if not margins:
+        box.setContentsMargins(0, 0, 0, 0)
+    return _fill(box, items)
 
 
 def camel(name: str) -> str:
@@ -351,8 +369,6 @@ class Editor(QWidget):
                 return int(number)
             return number  # a fraction typed for a whole number: core names the field and the type
         if self.kind is dict:  # 'a=b, c=d'; text that is not raises ConfigError naming the field
-            from core.config import parse_columns
-
             return parse_columns(widget.text(), self.name)
         return widget.text()
 
@@ -369,8 +385,6 @@ class Editor(QWidget):
             if not (finite and math.isfinite(widget.number())):
                 self.changed.emit()  # a change to or from nan/inf does not move the spin box's own value
         elif self.kind is dict and isinstance(value, dict):
-            from core.config import columns_text
-
             widget.setText(columns_text(value))
         else:
             widget.setText(str(value))

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.editors import vbox
 from app.panels.evaluation_limits import BoundedReport, as_dict, as_list, bounded_report, finite, short_text
 from app.plot_legend import row_legend
 from core.text import printable
@@ -65,15 +66,9 @@ def headline(report: dict, more_metrics: int = 0) -> str:
     """The line above the plots: what was measured and the metrics, the primary one first and bold."""
     metrics = as_dict(report.get("metrics"))
     primary = report.get("primary_metric")
-    names = sorted(metrics, key=lambda name: name != primary)
-    figures = [
-        (
-            f"<b>{_shown(name)} {_figure(metrics[name])}</b>"
-            if name == primary
-            else f"{_shown(name)} {_figure(metrics[name])}"
-        )
-        for name in names
-    ]
+    figures = [f"{_shown(name)} {_figure(metrics[name])}" for name in sorted(metrics, key=lambda n: n != primary)]
+    if primary in metrics:
+        figures[0] = f"<b>{figures[0]}</b>"
     if more_metrics:
         figures.append(f"… and {more_metrics:,} more")
     auc = finite(as_dict(report.get("roc")).get("auc"))
@@ -122,10 +117,7 @@ class EvaluationView(QWidget):
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setColumnStretch(0, 1)
         self.grid.setColumnStretch(1, 1)
-        layout = QVBoxLayout(self)
-        for widget in (self.headline, self.message, self.leftOut):
-            layout.addWidget(widget)
-        layout.addWidget(self.body, 1)
+        vbox(self, self.headline, self.message, self.leftOut, (self.body, 1), margins=True)
         self.sections: list[str] = []
         self.problems: list[str] = []
         self.plots: dict = {}

@@ -28,12 +28,11 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableView,
     QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.panels import history_scan
-from app.panels.editors import hbox
+from app.panels.editors import hbox, vbox
 from app.panels.history_scan import Prepared, prepare
 from app.panels.remote_history import RemoteHistory
 from app.panels.run_compare import RunCompare, grow_on_screen
@@ -112,24 +111,19 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
         self.rootLabel = QLabel(objectName="historyRootLabel")
         self.rootLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.rootButton = QPushButton("Change…", objectName="historyRootButton", clicked=self.choose_root)
-        self.rootButton.setToolTip(
-            "Move the runs root: where new runs without an output folder go and what "
-            "this list shows (the CLI uses --runs-dir or $" + RUNS_DIR_ENV + ")"
-        )
-        self.rootDefaultButton = QPushButton(
-            "Default", objectName="historyRootDefaultButton", clicked=lambda: self.rootChosen.emit("")
-        )
+        tip = "Move the runs root: where new runs without an output folder go and what this list shows (the CLI uses "
+        self.rootButton = self._button("Change…", "Root", self.choose_root, f"{tip}--runs-dir or ${RUNS_DIR_ENV})")
         default = runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else "your data folder"
-        self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}")
+        tip = f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}"
+        self.rootDefaultButton = self._button("Default", "RootDefault", lambda: self.rootChosen.emit(""), tip)
         root_row = hbox((self.rootLabel, 1), self.rootButton, self.rootDefaultButton)
         self.filterEdit = QLineEdit(
             objectName="historyFilterEdit",
             placeholderText="Filter: name, task, status, precision, date, note (e.g. bf16 completed 2026-12)",
+            clearButtonEnabled=True,
         )
-        self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
-        self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=lambda: self.refresh())
+        self.refreshButton = self._button("Refresh", "Refresh", self.refresh)
         top = hbox((self.filterEdit, 1), self.refreshButton)
 
         self.table = QTableView(objectName="historyTable")
@@ -187,14 +181,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
         )
 
         self.noteLabel = QLabel("Note:", objectName="historyNoteLabel")
-        self.noteEdit = QPlainTextEdit(objectName="historyNoteEdit")
+        self.noteEdit = QPlainTextEdit(objectName="historyNoteEdit", tabChangesFocus=True)
         self.noteEdit.setPlaceholderText("Select one run to write a note on it (kept in note.txt in its folder)")
-        self.noteEdit.setTabChangesFocus(True)
         line = self.noteEdit.fontMetrics().lineSpacing()
         self.noteEdit.setFixedHeight(int(line * 2.6) + 12)
         self.noteEdit.textChanged.connect(self._update_note_button)
-        self.noteSaveButton = QPushButton("Save note", objectName="historyNoteSaveButton", clicked=self.save_note)
-        self.noteSaveButton.setToolTip("Save the note (Ctrl+Return); an empty note removes it")
+        tip = "Save the note (Ctrl+Return); an empty note removes it"
+        self.noteSaveButton = self._button("Save note", "NoteSave", self.save_note, tip)
         QShortcut(
             QKeySequence("Ctrl+Return"),
             self.noteEdit,
@@ -208,24 +201,14 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.compareView.closeRequested.connect(self.close_compare)
         self.compareView.hide()
         upper = QWidget(objectName="historyUpper")
-        upper_layout = QVBoxLayout(upper)
-        upper_layout.setContentsMargins(0, 0, 0, 0)
-        upper_layout.addWidget(self.table, 1)
-        upper_layout.addLayout(note_row)
         self.evaluationLine = EvaluationLine(self)
-        upper_layout.addWidget(self.evaluationLine)
-        upper_layout.addLayout(actions)
+        vbox(upper, (self.table, 1), note_row, self.evaluationLine, actions)
         self.splitter = QSplitter(Qt.Orientation.Vertical, objectName="historySplitter")
         self.splitter.setChildrenCollapsible(False)
         self.splitter.addWidget(upper)
         self.splitter.addWidget(self.compareView)
         self.statusLabel = QLabel(objectName="historyStatusLabel")
-
-        layout = QVBoxLayout(self)
-        layout.addLayout(root_row)
-        layout.addLayout(top)
-        layout.addWidget(self.splitter, 1)
-        layout.addWidget(self.statusLabel)
+        vbox(self, root_row, top, (self.splitter, 1), self.statusLabel, margins=True)
         self._update_buttons()
 
     # ------------------------------------------------------------------ scanning
@@ -288,8 +271,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._show_status()
 
     def _scanned(self, result: tuple | str | None, serial: int | None = None) -> None:
-        """A scan's (the root's entries, the rows); None: the entries had not changed, nothing was read; text: why
-        it failed."""
+        """A scan's (root entries, rows); None: the entries had not changed, nothing was read; text: why it failed."""
         self._scanning = False
         self.refreshButton.setEnabled(True)
         if isinstance(result, str):

@@ -78,8 +78,7 @@ class Prepared:
         return both
 
     def order(self, column: int, order) -> list[int]:
-        """Sort everything by a column's keys (stable; `order` a Qt.SortOrder); returns the old positions in the new
-        order."""
+        """Sort everything by a column's keys (stable; `order` a Qt.SortOrder); the old positions in new order."""
         descending = getattr(order, "value", order) == 1
         new = sorted(range(len(self.briefs)), key=self.keys[column].__getitem__, reverse=descending)
         for name in _LISTS:
@@ -93,9 +92,9 @@ class Prepared:
 _LISTS = ("briefs", "bulks", "folders", "texts", "hay", "fingerprints")
 
 
-def prepare(records, sort: tuple | None = None) -> Prepared:
+def prepare(records) -> Prepared:
     """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): row_cells(run) gives
-    (texts, sort keys); the filter text is the FILTERED columns' texts, lower case; sorted by `sort` when given."""
+    (texts, sort keys); the filter text is the FILTERED columns' texts, lower case."""
     runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
     prepared = Prepared([], list(bulks), [], [], [], [], [], [])
     for run in runs:
@@ -110,8 +109,6 @@ def prepare(records, sort: tuple | None = None) -> Prepared:
         for column, key in zip(prepared.keys, keys):
             column.append(key)
         prepared.longest = [max(a, b, key=len) for a, b in zip(prepared.longest, texts)]
-    if sort is not None and runs:
-        prepared.order(*sort)
     return prepared
 
 

@@ -11,14 +11,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QSplitter,
     QTextBrowser,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
 )
 
-from app.panels.tool_dialog import ToolDialog
+from app.panels.tool_dialog import ToolDialog, split
+from core.errors import DeviceError
 from core.precision_modes import MIXED_MODES, PRECISION_MODES, best_mixed_mode
 
 COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Why float32", "Ops (dtype they ran in)")
@@ -49,11 +49,9 @@ class InspectorDialog(ToolDialog):
         self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
 
     def _build_controls(self, controls: QHBoxLayout) -> None:
-        self.precisionCombo = QComboBox(objectName="inspectPrecisionCombo")
+        self.precisionCombo = self._labelled(controls, "Precision:", QComboBox(objectName="inspectPrecisionCombo"))
         for mode in PRECISION_MODES:
             self.precisionCombo.addItem(mode, mode)
-        controls.addWidget(QLabel("Precision:"))
-        controls.addWidget(self.precisionCombo)
         legend = QLabel(
             "■ highlighted: autocast kept this module in float32 (why: per PyTorch's autocast op reference)",
             objectName="inspectorLegend",
@@ -75,11 +73,7 @@ class InspectorDialog(ToolDialog):
         self.tree.currentItemChanged.connect(self._show_details)
         self.details = QTextBrowser(objectName="inspectorDetails")  # scrolls when a module ran many ops
         self.details.setPlaceholderText("Select a module to see its ops and why each ran in its dtype.")
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.tree)
-        splitter.addWidget(self.details)
-        splitter.setSizes([420, 160])
-        layout.addWidget(splitter, 1)
+        layout.addWidget(split(Qt.Orientation.Vertical, [420, 160], self.tree, self.details), 1)
 
     def setting_text(self, config) -> str:
         return (
@@ -100,7 +94,6 @@ class InspectorDialog(ToolDialog):
 
     def _best_mixed_mode(self, device: str) -> str:
         from core.devices import device_info, list_devices
-        from core.errors import DeviceError
 
         try:
             return best_mixed_mode(device_info(device, self._devices_provider() or list_devices()).precisions)

@@ -9,15 +9,7 @@ from pathlib import Path
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit
 
-from core.engine.events import (
-    CheckpointSaved,
-    EvalMetrics,
-    RunEnded,
-    RunPaused,
-    RunResumed,
-    RunStarted,
-    StepMetrics,
-)
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics
 
 
 def run_start_time(event: RunStarted) -> float | None:

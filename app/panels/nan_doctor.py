@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QLabel, QPushButton
 
 from app.assets import restyle
+from app.panels.editors import vbox
 
 
 class FixesPanel(QFrame):
@@ -23,9 +24,7 @@ class FixesPanel(QFrame):
         self.hint = restyle(QLabel(objectName="fixesHint", wordWrap=True), role="hint")
         self.dismiss = QPushButton("Dismiss", objectName="fixesDismissButton", clicked=self.hide)
         self.buttons: list[QPushButton] = []
-        layout = QVBoxLayout(self)
-        for widget in (self.title, self.hint, self.dismiss):
-            layout.addWidget(widget)
+        vbox(self, self.title, self.hint, self.dismiss, margins=True)
         self.hide()
 
     def show_fixes(self, ended) -> None:

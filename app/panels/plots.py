@@ -34,6 +34,17 @@ PLOT_SPECS = (
     ("scale", "scalePlot", "Loss scale (fp16)", ("Scale", None), "log", (1, 2, 1)),
     ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), "zero", (1, 3, 1)),
 )
+# The run's line curves: plot, key, legend name, colour, width.
+LINES = (
+    ("loss", "loss_raw", "raw", (59, 111, 216, 90), 1),
+    ("loss", "loss_smooth", "smoothed", LOSS_COLOUR, 2),
+    ("throughput", "throughput", "raw", (46, 155, 87, 90), 1),
+    ("throughput", "throughput_smooth", "smoothed", "#2e9b57", 2),
+    ("lr", "lr", None, "#c98a12", 2),
+    ("grad_norm", "grad_norm", None, "#16a2b8", 2),
+    ("scale", "scale", "loss scale", "#8e44ad", 2),
+    ("memory", "memory", None, "#d0453c", 2),
+)
 # Points a line curve is drawn from (app.series decimates beyond them; curves with markers: MARKER_BUDGET).
 LINE_BUDGET = DEFAULT_BUDGET
 # A line curve this short or shorter gets a dot on each point when a point has no finite neighbour.
@@ -153,19 +164,11 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             self._grid.addWidget(widget, row, column, 1, span)
         for column in range(4):
             self._grid.setColumnStretch(column, 1)
-        self._add_legend("loss")
-        self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
-        self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen(LOSS_COLOUR, width=2))
-        self._add_legend("eval")
-        self._add_legend("throughput")
-        self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
-        self._add_curve("throughput", "throughput_smooth", "smoothed", pg.mkPen("#2e9b57", width=2))
-        self._add_curve("lr", "lr", None, pg.mkPen("#c98a12", width=2))
-        self._add_curve("grad_norm", "grad_norm", None, pg.mkPen("#16a2b8", width=2))
-        self._add_legend("scale")
-        self._add_curve("scale", "scale", "loss scale", pg.mkPen("#8e44ad", width=2))
+        for plot in ("loss", "eval", "throughput", "scale"):
+            self._add_legend(plot)
+        for plot, key, name, colour, width in LINES:
+            self._add_curve(plot, key, name, pg.mkPen(colour, width=width))
         self._add_curve("scale", "skipped", "skipped (overflow)", None, symbol="t1", colour="#d0453c")
-        self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
         self._show_scaler_state(None)
         self._show_notes()
         self._timer.start()
@@ -427,14 +430,13 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             return
 
         def column(values):
-            """(values as floats, whether each event had a value), or None when no event had one."""
+            """(values as floats, whether each event had a value): none had one when `values` is None."""
             if values is None:
-                return None
+                return np.full(len(steps), np.nan), np.zeros(len(steps), dtype=bool)
             array = np.asarray(values)
             if array.dtype == object:
                 present = np.array([v is not None for v in array], dtype=bool)
-                array = np.array([np.nan if v is None else v for v in array], dtype=np.float64)
-                return (array, present) if present.any() else None
+                return np.array([np.nan if v is None else v for v in array], dtype=np.float64), present
             return array.astype(np.float64), np.ones(len(array), dtype=bool)
 
         loss = np.asarray(loss, dtype=np.float64)
@@ -444,25 +446,19 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self.extend_series("throughput", steps, samples_per_second)
         self.extend_series("throughput_smooth", steps, samples_per_second)
         self.extend_series("lr", steps, lr)
-        norms = column(grad_norm)
-        if norms is not None:
-            values, present = norms
-            self.extend_series("grad_norm", steps[present], np.where(np.isfinite(values), values, np.nan)[present])
+        values, present = column(grad_norm)  # a curve no event has a value for gets no points (extend_series)
+        self.extend_series("grad_norm", steps[present], np.where(np.isfinite(values), values, np.nan)[present])
         skipped = np.full(len(steps), self._skipped) if skipped_steps is None else np.asarray(skipped_steps)
-        scales = column(grad_scale)
-        if scales is not None:
-            values, present = scales
-            self.extend_series("scale", steps[present], values[present])
-            before = np.concatenate([[self._skipped], skipped[:-1]])  # the count the previous event left
-            marked = present & (skipped > before)
-            self.extend_series("skipped", steps[marked], values[marked])
+        values, present = column(grad_scale)
+        self.extend_series("scale", steps[present], values[present])
+        before = np.concatenate([[self._skipped], skipped[:-1]])  # the count the previous event left
+        marked = present & (skipped > before)
+        self.extend_series("skipped", steps[marked], values[marked])
         if int(skipped[-1]) != self._skipped:
             self._skipped = int(skipped[-1])
             self._show_scaler_state(self._scaler_on)
-        memory = column(memory_bytes)
-        if memory is not None:
-            values, present = memory
-            self.extend_series("memory", steps[present], values[present] / 2**20)
+        values, present = column(memory_bytes)
+        self.extend_series("memory", steps[present], values[present] / 2**20)
         top = int(steps.max())
         if top >= self._x_end and x_end_for(top, self._total_steps) != self._x_end:
             self._set_x_end(x_end_for(top, self._total_steps))

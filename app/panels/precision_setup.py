@@ -12,8 +12,10 @@ from PySide6.QtWidgets import QCheckBox, QLabel
 from app.assets import restyle
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox, form_label, mark_choices
 from app.run.jobs import JobRunner
-from core.precision_modes import PRECISION_CHOICES
+from core.errors import AmpConsoleError
+from core.precision_modes import FP8_RECIPES, PRECISION_CHOICES
 from core.process import signal_group
+from core.text import first_line
 
 # What the memory estimate depends on (core.lab.memory_estimate); it runs once these settle for ESTIMATE_DELAY_MS.
 ESTIMATE_INPUTS = ("task", "task_file", "task_options", "data", "data_format", "columns", "delimiter", "batch_size")
@@ -108,16 +110,13 @@ class PrecisionSection:
         self._schedule_validate()
 
     def _update_library_choices(self) -> None:
-        """An optimizer the device's `unsupported` names (adamw8bit without bitsandbytes) is disabled, the install
-        line its tooltip."""
+        """Optimizers the device's `unsupported` names (adamw8bit without bitsandbytes) disabled, why as tooltip."""
         if (row := self._rows.get("optimizer")) is None or self._device is None:
             return
         mark_choices(row.editor.input, lambda name: self._device.unsupported.get(name, ""))
 
     def _mark_refused_recipes(self) -> None:
         """fp8 recipes the engine refuses (core.engine.precision) are listed disabled, with the reason."""
-        from core.precision_modes import FP8_RECIPES
-
         if (row := self._rows.get("fp8_recipe")) is None:
             return
         refused = "fails inside the bf16 autocast fp8 runs the other ops in (pytorch/ao#4616)"
@@ -129,8 +128,6 @@ class PrecisionSection:
 
     def _update_auto_text(self) -> None:
         from core.engine.precision import auto_mode, resolve_precision
-        from core.errors import AmpConsoleError
-        from core.text import first_line
 
         if self._device is None:
             return

@@ -6,6 +6,7 @@ here too."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,17 +14,17 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
+from app.panels.editors import hbox, vbox
 from app.run.jobs import BackgroundJob
+from core.config import RunConfig
 from core.errors import AmpConsoleError
 from core.files import lock_is_held
 from core.runs import queue
@@ -63,7 +64,6 @@ class QueuePanel(QWidget):
             header.setSectionResizeMode(column, mode)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.statusLabel = QLabel(objectName="queueStatus", wordWrap=True)
-        buttons = QHBoxLayout()
         self.buttons = {}
         for name, text, slot in (
             ("addForm", "Add the form's settings", self.add_form),
@@ -77,16 +77,10 @@ class QueuePanel(QWidget):
             ("start", "Start queue", self.start_or_pause),
             ("stop", "Stop", self.stop),
         ):
-            button = self.buttons[name] = QPushButton(text, objectName=f"queue{name[0].upper()}{name[1:]}Button")
-            button.clicked.connect(slot)
-            buttons.addWidget(button)
-            if name == "history":
-                buttons.addStretch(1)
+            self.buttons[name] = QPushButton(text, objectName=f"queue{name[0].upper()}{name[1:]}Button", clicked=slot)
         self.buttons["addTasks"].setToolTip("One entry per Task class of a task file, at the task's defaults")
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.statusLabel)
-        layout.addLayout(buttons)
+        *edits, start, stop = self.buttons.values()  # Start and Stop at the right
+        vbox(self, (self.table, 1), self.statusLabel, hbox(*edits, None, start, stop), margins=True)
         self._timer = QTimer(self, interval=1000)  # another console's runner (`queue start`) changes it too
         self._timer.timeout.connect(self.refresh)
         self._timer.start()
@@ -169,8 +163,6 @@ class QueuePanel(QWidget):
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add settings files to the queue", "", "Settings (*.toml)")
-        from core.config import RunConfig
-
         try:
             self.add([(Path(f).stem, RunConfig.load_toml(f)) for f in files])
         except AmpConsoleError as exc:
@@ -179,9 +171,6 @@ class QueuePanel(QWidget):
     def add_task_file(self, path: str = "") -> None:
         """One entry per Task class of a task file, at the task's defaults on the form's device and precision. Read
         from its source and listed with a stand-in class, as File → Add task… does: its code runs only in its runs."""
-        import dataclasses
-
-        from core.config import RunConfig
         from core.tasks import add_task, remember_task, task_source
         from core.tasks.catalog import task_class_names
         from core.tasks.describe import stand_in

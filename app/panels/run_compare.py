@@ -13,11 +13,10 @@ from PySide6.QtWidgets import (
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
-from app.panels.editors import hbox
+from app.panels.editors import hbox, vbox
 from core.runs.compare import CompareRow, compare_rows
 
 DIFFERS_MARK = "≠ "  # before a differing row's name: the highlight is not colour alone
@@ -69,10 +68,7 @@ class RunCompare(QWidget):
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(self.table, 1)
+        vbox(self, top, (self.table, 1))
 
     def set_runs(self, runs: list[dict]) -> None:
         self.runs = list(runs)

@@ -56,10 +56,7 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
     wall = run.get("wall_seconds")
     keys = (
         texts[0].lower(),
-        texts[1],
-        texts[2],
-        texts[3],
-        texts[4],
+        *texts[1:5],
         int(steps) if isinstance(steps, (int, float)) else -1,
         numeric_best,
         float(wall) if isinstance(wall, (int, float)) else -1.0,
@@ -93,8 +90,7 @@ def overlay_label(run: dict) -> str:
 
 
 def checkpoint_of(run: dict, which: str = "last") -> tuple[str | None, str | None]:
-    """(the path of the run's last or best checkpoint, None); (None, None) when it is not on disk, (None, why) when
-    refused."""
+    """(the path of the run's last or best checkpoint, None); (None, None) when not on disk, (None, why) if refused."""
     path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
     if not path or not isinstance(path, str):
         return None, None

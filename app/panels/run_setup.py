@@ -5,21 +5,16 @@ TaskOptions (tasks registered later appear on their own); validation messages ar
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QFormLayout,
-    QGroupBox,
-    QLabel,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFileDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app.assets import restyle
 from app.panels.editors import LABEL_WIDTH, Editor, FieldRow, NoWheelComboBox, form_label
 from app.panels.precision_setup import PrecisionSection
-from core.config import TASK_OPTIMIZER_FIELDS
-from core.tasks import class_info
+from core.config import TASK_OPTIMIZER_FIELDS, RunConfig, delimiter_value
+from core.errors import AmpConsoleError, ConfigError
+from core.tasks import class_info, task_source
 from core.text import count as count_text
+from core.text import first_line
 
 TRAINING_FIELDS = (
     "optimizer",
@@ -161,8 +156,6 @@ class RunSetupPanel(PrecisionSection, QWidget):
     def populate(self, tasks: dict, field_specs: dict) -> None:
         """Build the form from core's registry and field specs (called once the engine is imported)."""
         self._tasks = dict(tasks)
-        from core.config import RunConfig
-
         defaults = RunConfig()
         # Fields core adds later (not named in the two groups) land in the second group, in spec order.
         known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(DATA_FIELDS) | set(OWN_WIDGETS) | set(PRECISION_FIELDS)
@@ -274,12 +267,8 @@ class RunSetupPanel(PrecisionSection, QWidget):
     def values(self) -> dict:
         values = {name: row.editor.value() for name, row in self._rows.items()}
         if isinstance(values.get("delimiter"), str):
-            from core.config import delimiter_value
-
             values["delimiter"] = delimiter_value(values["delimiter"])  # '\t' typed: a tab
         values["task"] = self.taskCombo.currentData() or ""
-        from core.tasks import task_source
-
         values["task_file"] = task_source(values["task"])  # a user task's file: a child process loads it
         values["task_options"] = {name: row.editor.value() for name, row in self._option_rows.items()}
         values["precision"] = self.precisionCombo.currentData()
@@ -288,14 +277,10 @@ class RunSetupPanel(PrecisionSection, QWidget):
 
     def config(self):
         """The RunConfig the form shows (it may be invalid: see `errors()`)."""
-        from core.config import RunConfig
-
         return RunConfig.from_dict(self.values(), source="form")
 
     def errors(self) -> dict[str, str]:
         """Field -> message: core's validation, plus what the selected device cannot run."""
-        from core.errors import ConfigError
-
         try:
             config = self.config()
         except ConfigError as exc:
@@ -339,8 +324,7 @@ class RunSetupPanel(PrecisionSection, QWidget):
 
     # ------------------------------------------------------------------ task
     def add_task(self, cls, label: str = "", key: str = "") -> None:
-        """Offer task class `cls` in the picker (labelled `label`, else its name), in place of the entry listed as
-        `key`."""
+        """Offer task class `cls` in the picker (as `label`, else its name), in place of the entry listed as `key`."""
         self._tasks[cls.name] = cls
         if key and (index := self.taskCombo.findData(key)) >= 0:
             self.taskCombo.setItemData(index, cls.name)
@@ -383,8 +367,6 @@ class RunSetupPanel(PrecisionSection, QWidget):
         self._rebuild_task_options()
         self._show_own_optimizer()
         if not self._loading:
-            from core.config import RunConfig
-
             after, plain = dict(getattr(self._tasks.get(self.taskCombo.currentData()), "defaults", {})), RunConfig()
             # the previous task's defaults that the user left as they were go with it (to RunConfig's), then the new
             unset = {
@@ -471,9 +453,6 @@ class RunSetupPanel(PrecisionSection, QWidget):
         self._on_field_changed()
 
     def _update_param_count(self) -> None:
-        from core.errors import AmpConsoleError
-        from core.text import first_line
-
         task_cls = self._tasks.get(self.taskCombo.currentData())
         if task_cls is None:
             return

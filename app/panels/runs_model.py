@@ -32,7 +32,7 @@ class RunsModel(QAbstractTableModel):
 
     @property
     def sorted_by(self) -> tuple | None:
-        """(column, order) the rows are sorted by: a scan job prepares its rows so (see prepare)."""
+        """(column, order) the rows are sorted by: a scan job sorts its rows so (history_scan.scan)."""
         return self._sorted
 
     @property

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
+from app.panels.editors import vbox
 from core.engine.events import RunStarted, Samples, event_or_none
 
 COLUMNS = ("Input", "Answer", "Previous")
@@ -25,8 +26,6 @@ class SamplesPanel(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
         self.title = QLabel("Samples", objectName="samplesTitle", wordWrap=True)
         self.table = QTableWidget(0, len(COLUMNS), objectName="samplesTable")
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -34,8 +33,7 @@ class SamplesPanel(QWidget):
         self.table.setWordWrap(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        layout.addWidget(self.title)
-        layout.addWidget(self.table, 1)
+        vbox(self, self.title, (self.table, 1))
         self.setMinimumWidth(MIN_WIDTH)
         self.steps: list[Samples] = []  # newest first
         self.start_step = 0  # the run's first step (a resumed run's earlier samples are those up to it)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -14,12 +15,15 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSpinBox,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
-from app.panels.editors import format_number
+from app.panels.editors import format_number, vbox
 from app.run.jobs import BackgroundJob
+from core.precision_modes import PRECISION_MODES
 
 ERROR_COLOUR = "#d0453c"
 
@@ -27,11 +31,19 @@ ERROR_COLOUR = "#d0453c"
 def titled(title: str, widget: QWidget) -> QWidget:
     """`widget` under a bold `title`, margins off: one side of a splitter."""
     holder = QWidget()
-    box = QVBoxLayout(holder)
-    box.setContentsMargins(0, 0, 0, 0)
-    box.addWidget(QLabel(f"<b>{title}</b>"))
-    box.addWidget(widget)
+    vbox(holder, QLabel(f"<b>{title}</b>"), widget)
     return holder
+
+
+def split(orientation: Qt.Orientation, sizes: list[int], *widgets: QWidget, stretch=(), name: str = "") -> QSplitter:
+    """`widgets` in a QSplitter, first `sizes` pixels each, then grown by their `stretch` factors (when given)."""
+    splitter = QSplitter(orientation, objectName=name)
+    for index, widget in enumerate(widgets):
+        splitter.addWidget(widget)
+        if stretch:
+            splitter.setStretchFactor(index, stretch[index])
+    splitter.setSizes(sizes)
+    return splitter
 
 
 class ToolDialog(QDialog):
@@ -69,15 +81,13 @@ class ToolDialog(QDialog):
         self.job.runningChanged.connect(self._update_buttons)
 
         self.setting = QLabel(objectName=f"{self.NAME}Setting", wordWrap=True)
-        self.runButton = QPushButton(self.RUN_TEXT, objectName=f"{self.NAME}RunButton")
-        self.stopButton = QPushButton("Stop", objectName=f"{self.NAME}StopButton")
-        self.runButton.setDefault(True)
-        self.runButton.clicked.connect(self.start)
-        self.stopButton.clicked.connect(self.stop)
+        self.runButton = QPushButton(
+            self.RUN_TEXT, objectName=f"{self.NAME}RunButton", default=True, clicked=self.start
+        )
+        self.stopButton = QPushButton("Stop", objectName=f"{self.NAME}StopButton", clicked=self.stop)
         self.stopButton.setVisible(self.STOPPABLE)
         self.statusLabel = QLabel(self.IDLE_TEXT, objectName=f"{self.NAME}Status", wordWrap=True)
-        self.progressBar = QProgressBar(objectName=f"{self.NAME}Progress")
-        self.progressBar.setVisible(False)
+        self.progressBar = QProgressBar(objectName=f"{self.NAME}Progress", visible=False)
         self.controls = QHBoxLayout()
         layout = QVBoxLayout(self)
         layout.addWidget(self.setting)
@@ -109,8 +119,6 @@ class ToolDialog(QDialog):
     def _add_mode_checks(self, controls: QHBoxLayout, prefix: str, tf32: bool, fp32_fixed: bool) -> None:
         """The "Modes:" checkboxes (objectName f"{mode}Check", or prefix + "Fp16Check"...), tf32 checked or not, fp16
         not on the CPU (slow there, when it runs at all); fp32_fixed: fp32 stays checked, the baseline of the ratios."""
-        from core.precision_modes import PRECISION_MODES
-
         controls.addWidget(QLabel("Modes:"))
         self._fp32_fixed = fp32_fixed
         unticked = {"tf32"} if not tf32 else set()
@@ -120,18 +128,46 @@ class ToolDialog(QDialog):
             self.modeChecks[mode] = QCheckBox(mode, objectName=name, checked=mode not in unticked)
             controls.addWidget(self.modeChecks[mode])
 
+    @staticmethod
+    def _labelled(controls: QHBoxLayout, label: str, widget, tip: str = ""):
+        """`widget` after a QLabel(`label`) on the setting line, `tip` its tooltip (when given)."""
+        controls.addWidget(QLabel(label))
+        if tip:
+            widget.setToolTip(tip)
+        controls.addWidget(widget)
+        return widget
+
+    def _spin(self, controls: QHBoxLayout, label: str, name: str, low: int, high: int, value: int, tip: str):
+        """A QSpinBox (objectName `name`, `low` to `high`, at `value`) after a QLabel(`label`) on the setting line."""
+        return self._labelled(controls, label, QSpinBox(objectName=name, minimum=low, maximum=high, value=value), tip)
+
+    def _tool(self, name: str, config, **kwargs) -> Callable:
+        """The job: core tool `name` (core.lab.tool_child.run_tool) on `config` and the detected devices."""
+        devices = self._devices_provider()
+
+        def run(progress, control):
+            from core.lab.tool_child import run_tool
+
+            return run_tool(name, config, progress=progress, control=control, devices=devices, **kwargs)
+
+        return run
+
     def _detected_devices(self) -> list:
         """The devices the window detected (its devices panel), else the injected ones, else the CPU alone."""
         panel = getattr(self.parent(), "devicesPanel", None)
         devices = list(getattr(panel, "devices", None) or []) or list(self._devices_provider() or [])
         return devices or [SimpleNamespace(id="cpu", type="cpu")]
 
+    def _form_setting(self, name: str, default=None):
+        """The form's setting `name`, `default` while the form cannot give its settings."""
+        try:
+            return getattr(self._config_provider(), name)
+        except Exception:
+            return default
+
     def _on_cpu(self) -> bool:
         """Whether the form's device is the CPU ('auto' without an accelerator detected)."""
-        try:
-            device = self._config_provider().device
-        except Exception:
-            return False
+        device = self._form_setting("device")
         return device == "cpu" or device == "auto" and all(d.type == "cpu" for d in self._detected_devices())
 
     def selected_modes(self) -> list[str]:

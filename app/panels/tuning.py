@@ -13,8 +13,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QSpinBox,
-    QSplitter,
     QTableView,
     QTableWidget,
     QTableWidgetItem,
@@ -22,8 +20,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.assets import restyle
-from app.panels.editors import ScientificSpinBox, format_number
-from app.panels.tool_dialog import ToolDialog, titled
+from app.panels.editors import ScientificSpinBox, format_number, hbox
+from app.panels.tool_dialog import ToolDialog, split, titled
 from core.text import count
 from core.text import size as _size
 
@@ -33,10 +31,14 @@ SUGGESTION_COLOUR = "#2e9b57"
 PICK_COLOUR = "#d0453c"
 
 
+def dash(text: str) -> str:
+    """core.text's '-' for unknown as the window marks it: '–'."""
+    return "–" if text == "-" else text
+
+
 def size(value) -> str:
     """Bytes as '12.3 MiB'; '–' when unknown or zero."""
-    text = _size(value)
-    return "–" if text == "-" else text
+    return dash(_size(value))
 
 
 def fmt_lr(lr: float | None) -> str:
@@ -121,26 +123,19 @@ class LRFinderDialog(ToolDialog):
     def _build_controls(self, controls: QHBoxLayout) -> None:
         from core.lab.lr_finder import DEFAULT_END_LR, DEFAULT_START_LR, DEFAULT_STEPS, METHODS
 
-        controls.addWidget(QLabel("From"))
-        self.startLrEdit = ScientificSpinBox(1e-12, 1e3)
+        tip = "The learning rate of the first step"
+        self.startLrEdit = self._labelled(controls, "From", ScientificSpinBox(1e-12, 1e3), tip)
         self.startLrEdit.setObjectName("lrStartEdit")
         self.startLrEdit.setValue(DEFAULT_START_LR)
-        self.startLrEdit.setToolTip("The learning rate of the first step")
-        controls.addWidget(self.startLrEdit)
-        controls.addWidget(QLabel("to"))
-        self.endLrEdit = ScientificSpinBox(1e-12, 1e6)
+        tip = "The learning rate of the last step; the test stops earlier if the loss diverges"
+        self.endLrEdit = self._labelled(controls, "to", ScientificSpinBox(1e-12, 1e6), tip)
         self.endLrEdit.setObjectName("lrEndEdit")
         self.endLrEdit.setValue(DEFAULT_END_LR)
-        self.endLrEdit.setToolTip("The learning rate of the last step; the test stops earlier if the loss diverges")
-        controls.addWidget(self.endLrEdit)
         controls.addSpacing(12)
-        controls.addWidget(QLabel("Steps"))
-        self.stepsEdit = QSpinBox(objectName="lrStepsEdit", minimum=5, maximum=100_000, value=DEFAULT_STEPS)
-        self.stepsEdit.setToolTip("Optimizer steps over the range (one batch each)")
-        controls.addWidget(self.stepsEdit)
+        tip = "Optimizer steps over the range (one batch each)"
+        self.stepsEdit = self._spin(controls, "Steps", "lrStepsEdit", 5, 100_000, DEFAULT_STEPS, tip)
         controls.addSpacing(12)
-        controls.addWidget(QLabel("Suggest by"))
-        self.methodCombo = QComboBox(objectName="lrMethodCombo")
+        self.methodCombo = self._labelled(controls, "Suggest by", QComboBox(objectName="lrMethodCombo"))
         for method in METHODS:
             self.methodCombo.addItem(method, method)
         self.methodCombo.setToolTip(
@@ -148,7 +143,6 @@ class LRFinderDialog(ToolDialog):
             "steepest: where the smoothed loss falls fastest."
         )
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
-        controls.addWidget(self.methodCombo)
 
     def _build(self, layout: QVBoxLayout) -> None:
         import pyqtgraph as pg
@@ -199,16 +193,11 @@ class LRFinderDialog(ToolDialog):
         self.pickLabel = QLabel(objectName="lrPickLabel", wordWrap=True)
         layout.addWidget(self.explanation)
         layout.addWidget(self.pickLabel)
-        bottom = QHBoxLayout()
-        bottom.addStretch(1)
         self.resetPickButton = QPushButton("Back to the suggestion", objectName="lrResetPickButton")
-        self.resetPickButton.clicked.connect(self.reset_pick)
-        self.useButton = QPushButton("Use this LR", objectName="lrUseButton")
+        self.resetPickButton.clicked.connect(self._show_suggestion)
+        self.useButton = QPushButton("Use this LR", objectName="lrUseButton", clicked=self.use_pick)
         self.useButton.setToolTip("Put the picked learning rate into the run form")
-        self.useButton.clicked.connect(self.use_pick)
-        bottom.addWidget(self.resetPickButton)
-        bottom.addWidget(self.useButton)
-        layout.addLayout(bottom)
+        layout.addLayout(hbox(None, self.resetPickButton, self.useButton))
 
     def _inputs(self):
         return [self.startLrEdit, self.endLrEdit, self.stepsEdit]
@@ -224,25 +213,9 @@ class LRFinderDialog(ToolDialog):
         self.suggestionMarker.setData([], [])
         self._show_pick()
         self.explanation.setText("")
-        steps, method, devices = self.stepsEdit.value(), self.method(), self._devices_provider()
+        steps = self.stepsEdit.value()
         self._reset_progress(steps, "step %v of %m")
-
-        def run(progress, control):
-            from core.lab.tool_child import run_tool
-
-            return run_tool(
-                "lr_finder",
-                config,
-                start_lr=start,
-                end_lr=end,
-                steps=steps,
-                method=method,
-                progress=progress,
-                control=control,
-                devices=devices,
-            )
-
-        return run
+        return self._tool("lr_finder", config, start_lr=start, end_lr=end, steps=steps, method=self.method())
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -286,12 +259,11 @@ class LRFinderDialog(ToolDialog):
         if self.result is None:
             return None
         method = self.method()
-        pick = self.result.suggestions.get(method)
-        if pick is None:
-            from core.lab.lr_finder import suggest
+        if (pick := self.result.suggestions.get(method)) is not None:
+            return pick
+        from core.lab.lr_finder import suggest
 
-            pick = suggest(self.result.lrs, self.result.smoothed, method, self.result.losses)
-        return pick
+        return suggest(self.result.lrs, self.result.smoothed, method, self.result.losses)
 
     def _method_changed(self) -> None:
         if self.result is not None:
@@ -324,9 +296,6 @@ class LRFinderDialog(ToolDialog):
     def pick_at(self, view_x: float) -> float | None:
         """Pick at a plot x coordinate (log10 of the learning rate, as the log axis holds it)."""
         return self.pick_lr(10**view_x)
-
-    def reset_pick(self) -> None:
-        self._show_suggestion()
 
     def _plot_clicked(self, event) -> None:
         if self.result is None or event.button() != Qt.MouseButton.LeftButton:
@@ -417,21 +386,13 @@ class SummaryDialog(ToolDialog):
     def _build_controls(self, controls: QHBoxLayout) -> None:
         self._add_mode_checks(controls, "summary", tf32=False, fp32_fixed=True)
         controls.addSpacing(12)
-        controls.addWidget(QLabel("Batch"))
-        self.batchEdit = QSpinBox(objectName="summaryBatchEdit", minimum=0, maximum=1_048_576, value=0)
+        tip = "Rows of the measured batch (activations scale with it); the form's batch size by default"
+        self.batchEdit = self._spin(controls, "Batch", "summaryBatchEdit", 0, 1_048_576, 0, tip)
         self.batchEdit.setSpecialValueText("form's")
-        self.batchEdit.setToolTip(
-            "Rows of the measured batch (activations scale with it); the form's batch size by default"
-        )
-        controls.addWidget(self.batchEdit)
         controls.addSpacing(12)
-        controls.addWidget(QLabel("Depth"))
-        self.depthEdit = QSpinBox(objectName="summaryDepthEdit", minimum=0, maximum=20, value=20)
-        self.depthEdit.setToolTip(
-            "Show modules down to this depth (the model is 0); a row's figures include the modules below it"
-        )
+        tip = "Show modules down to this depth (the model is 0); a row's figures include the modules below it"
+        self.depthEdit = self._spin(controls, "Depth", "summaryDepthEdit", 0, 20, 20, tip)
         self.depthEdit.valueChanged.connect(self._fill_layers)
-        controls.addWidget(self.depthEdit)
 
     def _build(self, layout: QVBoxLayout) -> None:
         self.header = restyle(QLabel(objectName="summaryHeader", wordWrap=True), role="heading")
@@ -441,12 +402,10 @@ class SummaryDialog(ToolDialog):
         self.totalsTable = make_table(("",), "summaryTotalsTable")
         self.totalsTable.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.totalsTable.horizontalHeader().setStretchLastSection(False)
-        splitter = QSplitter(Qt.Orientation.Horizontal, objectName="summarySplitter")
-        splitter.addWidget(titled("Per layer", self.layerTable))
-        splitter.addWidget(titled("Totals per precision mode", self.totalsTable))
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([820, 360])
+        per_layer, totals = titled("Per layer", self.layerTable), titled("Totals per precision mode", self.totalsTable)
+        splitter = split(
+            Qt.Orientation.Horizontal, [820, 360], per_layer, totals, stretch=(3, 1), name="summarySplitter"
+        )
         layout.addWidget(splitter, 1)
         self.sourceLabel = restyle(QLabel(objectName="summarySource", wordWrap=True), role="hint")
         layout.addWidget(self.sourceLabel)
@@ -455,17 +414,9 @@ class SummaryDialog(ToolDialog):
         return [self.batchEdit]
 
     def _job(self, config):
-        modes, batch, devices = self.selected_modes(), self.batchEdit.value() or None, self._devices_provider()
+        modes = self.selected_modes()
         self._reset_progress(len(modes), "%v of %m modes")
-
-        def run(progress, control):
-            from core.lab.tool_child import run_tool
-
-            return run_tool(
-                "summary", config, modes=modes, batch_size=batch, devices=devices, progress=progress, control=control
-            )
-
-        return run
+        return self._tool("summary", config, modes=modes, batch_size=self.batchEdit.value() or None)
 
     def _on_progress(self, progress) -> None:
         if progress.phase == "running":

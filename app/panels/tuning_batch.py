@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QDoubleSpinBox,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QSpinBox,
-    QSplitter,
-)
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton
 
 from app.assets import restyle
 from app.panels.bars import BarChart
-from app.panels.tool_dialog import ToolDialog, titled
+from app.panels.editors import hbox
+from app.panels.tool_dialog import ToolDialog, split, titled
 from app.panels.tuning import NumericItem, add_row, make_table, size
 
 MODE_COLUMNS = (
@@ -63,20 +57,15 @@ class BatchFinderDialog(ToolDialog):
             "stays under (100% − margin) of the limit"
         )
         controls.addWidget(self.marginEdit)
-        controls.addWidget(QLabel("Max batch"))
-        self.maxBatchEdit = QSpinBox(objectName="batchMaxEdit", minimum=0, maximum=MAX_BATCH_CAP * 16, value=0)
+        tip = f"The largest batch tried; auto = the training rows, at most {MAX_BATCH_CAP:,}"
+        self.maxBatchEdit = self._spin(controls, "Max batch", "batchMaxEdit", 0, MAX_BATCH_CAP * 16, 0, tip)
         self.maxBatchEdit.setSpecialValueText("auto")
-        self.maxBatchEdit.setToolTip(f"The largest batch tried; auto = the training rows, at most {MAX_BATCH_CAP:,}")
-        controls.addWidget(self.maxBatchEdit)
-        controls.addWidget(QLabel("Steps"))
-        self.stepsEdit = QSpinBox(objectName="batchStepsEdit", minimum=1, maximum=MAX_STEPS, value=DEFAULT_STEPS)
-        self.stepsEdit.setToolTip("Optimizer steps per trial (the first is warm-up; the rest are timed)")
-        controls.addWidget(self.stepsEdit)
-        controls.addWidget(QLabel("Limit"))
-        self.limitEdit = QSpinBox(objectName="batchLimitEdit", minimum=0, maximum=2**31 - 1, value=0, suffix=" MiB")
+        tip = "Optimizer steps per trial (the first is warm-up; the rest are timed)"
+        self.stepsEdit = self._spin(controls, "Steps", "batchStepsEdit", 1, MAX_STEPS, DEFAULT_STEPS, tip)
+        tip = "Plan for a smaller device: use this memory limit instead of the device's"
+        self.limitEdit = self._spin(controls, "Limit", "batchLimitEdit", 0, 2**31 - 1, 0, tip)
+        self.limitEdit.setSuffix(" MiB")
         self.limitEdit.setSpecialValueText("device's")
-        self.limitEdit.setToolTip("Plan for a smaller device: use this memory limit instead of the device's")
-        controls.addWidget(self.limitEdit)
         for edit in (self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit):
             edit.setMaximumWidth(110 if edit is not self.stepsEdit else 70)
 
@@ -87,28 +76,20 @@ class BatchFinderDialog(ToolDialog):
         self.trialTable = make_table(TRIAL_COLUMNS, "batchTrialTable")
         self.chart = BarChart("Largest batch per mode", "Batch (samples)", objectName="batchBars")
         self.chart.setMinimumWidth(260)
-        tables = QSplitter(Qt.Orientation.Vertical)
-        tables.addWidget(titled("Per mode", self.modeTable))
-        tables.addWidget(titled("Every trial", self.trialTable))
-        tables.setSizes([150, 350])  # a row per mode above, every trial below
-        splitter = QSplitter(Qt.Orientation.Horizontal, objectName="batchSplitter")
-        splitter.addWidget(tables)
-        splitter.addWidget(self.chart)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([780, 300])
+        per_mode, trials = titled("Per mode", self.modeTable), titled("Every trial", self.trialTable)
+        tables = split(Qt.Orientation.Vertical, [150, 350], per_mode, trials)  # a row per mode above, every trial below
+        splitter = split(
+            Qt.Orientation.Horizontal, [780, 300], tables, self.chart, stretch=(3, 1), name="batchSplitter"
+        )
         layout.addWidget(splitter, 1)
         self.comparison = restyle(QLabel(objectName="batchComparison", wordWrap=True), role="heading")
         self.sourceLabel = restyle(QLabel(objectName="batchSource", wordWrap=True), role="hint")
         layout.addWidget(self.comparison)
         layout.addWidget(self.sourceLabel)
-        bottom = QHBoxLayout()
-        bottom.addWidget(QLabel("Select a mode's row to use its batch.", objectName="batchUseHint"), 1)
-        self.useButton = QPushButton("Use batch", objectName="batchUseButton")
+        self.useButton = QPushButton("Use batch", objectName="batchUseButton", clicked=self.use_batch)
         self.useButton.setToolTip("Put this batch size into the run form")
-        self.useButton.clicked.connect(self.use_batch)
-        bottom.addWidget(self.useButton)
-        layout.addLayout(bottom)
+        hint = QLabel("Select a mode's row to use its batch.", objectName="batchUseHint")
+        layout.addLayout(hbox((hint, 1), self.useButton))
 
     def _inputs(self):
         return [self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit]
@@ -128,28 +109,16 @@ class BatchFinderDialog(ToolDialog):
         self.comparison.setText("")
         self.sourceLabel.setText("")
         self._reset_progress(len(modes), "%v of %m modes")
-        margin, steps = self.marginEdit.value() / 100, self.stepsEdit.value()
-        limit = self.limitEdit.value() * 2**20 or None
-        probe, devices, cap = self.probe, self._devices_provider(), max_batch or None
-
-        def run(progress, control):
-            from core.lab.tool_child import run_tool
-
-            return run_tool(
-                "batch_finder",
-                config,
-                modes=modes,
-                margin=margin,
-                steps=steps,
-                max_batch=cap,
-                limit_bytes=limit,
-                probe=probe,
-                devices=devices,
-                progress=progress,
-                control=control,
-            )
-
-        return run
+        return self._tool(
+            "batch_finder",
+            config,
+            modes=modes,
+            margin=self.marginEdit.value() / 100,
+            steps=self.stepsEdit.value(),
+            max_batch=max_batch or None,
+            limit_bytes=self.limitEdit.value() * 2**20 or None,
+            probe=self.probe,
+        )
 
     def _on_progress(self, progress) -> None:
         text = progress.describe()
@@ -244,10 +213,7 @@ class BatchFinderDialog(ToolDialog):
         result = self.result
         if result is None:
             return
-        try:
-            wanted = self._config_provider().precision
-        except Exception:
-            wanted = ""
+        wanted = self._form_setting("precision", "")
         best = result.best()
         names = [m.mode for m in result.modes if m.status == "ok" and m.batch]
         choice = wanted if wanted in names else (best.mode if best else None)

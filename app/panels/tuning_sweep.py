@@ -6,13 +6,14 @@ resumes a trial through the window's own start path.
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
+from typing import NamedTuple
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -21,8 +22,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.assets import restyle
+from app.panels.editors import hbox
 from app.panels.tool_dialog import ToolDialog
-from app.panels.tuning import numbers_first, size, style_table
+from app.panels.tuning import dash, numbers_first, size, style_table
+from core.engine.events import RunStarted, StepMetrics
+from core.errors import AmpConsoleError
 from core.text import duration
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
@@ -43,17 +47,20 @@ RANDOM_HINT = (
 )
 
 
-def _wall(seconds) -> str:
-    text = duration(seconds)
-    return "–" if text == "-" else text  # the window's mark for unknown
-
-
 def _value_text(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
+
+
+SHOWN = {
+    "peak_memory_bytes": size,
+    "wall_seconds": lambda seconds: dash(duration(seconds)),
+    "samples_per_second": "{:,.0f}".format,
+    "best": "{:.4g}".format,
+}
 
 
 class SweepModel(QAbstractTableModel):
@@ -104,17 +111,7 @@ class SweepModel(QAbstractTableModel):
                 return str(value) if isinstance(value, str) else float("inf")  # blanks sort last (ascending)
             return float(value)
         if role == Qt.ItemDataRole.DisplayRole:
-            if value is None:
-                return "–"
-            if key == "peak_memory_bytes":
-                return size(value)
-            if key == "wall_seconds":
-                return _wall(value)
-            if key == "samples_per_second":
-                return f"{value:,.0f}"
-            if key == "best":
-                return f"{value:.4g}"
-            return _value_text(value)
+            return "–" if value is None else SHOWN.get(key, _value_text)(value)
         if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("status", "device") and not isinstance(value, str):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -129,11 +126,11 @@ class SweepProxy(QSortFilterProxyModel):
         return numbers_first(left.data(SORT_ROLE), right.data(SORT_ROLE))
 
 
-class RowsUpdate:
+class RowsUpdate(NamedTuple):
     """From the job: the table as it stands (read from the sweep's files off the GUI thread)."""
 
-    def __init__(self, rows: list[dict], metric: str | None):
-        self.rows, self.metric = rows, metric
+    rows: list[dict]
+    metric: str | None
 
 
 def run_on_choices(devices, cores: int | None = None) -> list[tuple[str, list[str] | None]]:
@@ -227,12 +224,10 @@ class SweepDialog(ToolDialog):
         self.resize(1100, 640)
 
     def _build_controls(self, controls) -> None:
-        controls.addWidget(QLabel("Method"))
-        self.methodCombo = QComboBox(objectName="sweepMethodCombo")
+        self.methodCombo = self._labelled(controls, "Method", QComboBox(objectName="sweepMethodCombo"))
         self.methodCombo.addItem("grid: every combination", "grid")
         self.methodCombo.addItem("random: N draws", "random")
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
-        controls.addWidget(self.methodCombo)
         self.samplesLabel = QLabel("Trials")
         controls.addWidget(self.samplesLabel)
         self.samplesEdit = QSpinBox(objectName="sweepSamplesEdit", minimum=1, maximum=1000, value=8)
@@ -240,21 +235,18 @@ class SweepDialog(ToolDialog):
         controls.addWidget(self.samplesEdit)
         self.seedLabel = QLabel("Seed")
         controls.addWidget(self.seedLabel)
-        self.seedEdit = QSpinBox(objectName="sweepSeedEdit", minimum=0, maximum=2**31 - 1, value=0)
-        self.seedEdit.setToolTip("The same seed draws the same trials")
+        tip = "The same seed draws the same trials"
+        self.seedEdit = QSpinBox(objectName="sweepSeedEdit", minimum=0, maximum=2**31 - 1, value=0, toolTip=tip)
         self.seedEdit.valueChanged.connect(self.preview)
         controls.addWidget(self.seedEdit)
-        controls.addWidget(QLabel("Run on"))
-        self.runOnCombo = QComboBox(objectName="sweepRunOnCombo")
-        self.runOnCombo.setToolTip(
+        tip = (
             "One trial at a time on the form's device, or several at once: one per GPU, or "
             "several on the CPU (each trial in its own process, the CPU threads shared out)"
         )
-        controls.addWidget(self.runOnCombo)
+        self.runOnCombo = self._labelled(controls, "Run on", QComboBox(objectName="sweepRunOnCombo"), tip)
         self.refresh_devices()
 
     def _build(self, layout) -> None:
-        axes_row = QHBoxLayout()
         self.axesEdit = QPlainTextEdit(objectName="sweepAxesEdit")
         self.axesEdit.setPlaceholderText(GRID_HINT)
         self.axesEdit.setToolTip(
@@ -264,12 +256,10 @@ class SweepDialog(ToolDialog):
         )
         self.axesEdit.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
         self.axesEdit.textChanged.connect(self.preview)
-        axes_row.addWidget(self.axesEdit, 1)
         self.planLabel = QLabel(objectName="sweepPlan", wordWrap=True)
         self.planLabel.setMinimumWidth(360)
         self.planLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        axes_row.addWidget(self.planLabel, 1)
-        layout.insertLayout(2, axes_row)  # under the method row
+        layout.insertLayout(2, hbox((self.axesEdit, 1), (self.planLabel, 1)))  # under the method row
 
         self.model = SweepModel(self)
         self.proxy = SweepProxy(self)
@@ -285,23 +275,21 @@ class SweepDialog(ToolDialog):
         layout.addWidget(self.table, 1)
         self.bestLabel = restyle(QLabel(objectName="sweepBest", wordWrap=True), role="heading")
         layout.addWidget(self.bestLabel)
-        bottom = QHBoxLayout()
         self.folderLabel = restyle(QLabel(objectName="sweepFolder", wordWrap=True), role="hint")
         self.folderLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        bottom.addWidget(self.folderLabel, 1)
-        self.historyButton = QPushButton("Open in history", objectName="sweepHistoryButton")
+        self.historyButton = QPushButton(
+            "Open in history", objectName="sweepHistoryButton", clicked=self.open_in_history
+        )
         self.historyButton.setToolTip("Show the selected trial in the run history (double-click a row does too)")
-        self.historyButton.clicked.connect(self.open_in_history)
-        self.longerButton = QPushButton("Train this one longer", objectName="sweepLongerButton")
+        self.longerButton = QPushButton(
+            "Train this one longer", objectName="sweepLongerButton", clicked=self.train_longer
+        )
         self.longerButton.setToolTip(
             "Resume the selected trial from its checkpoint with twice the steps, in its "
             "own folder (its settings go into the form)"
         )
-        self.longerButton.clicked.connect(self.train_longer)
         self.queueButton = QPushButton("Add trials to queue", objectName="sweepQueueButton", clicked=self.queue_trials)
-        for button in (self.historyButton, self.longerButton, self.queueButton):
-            bottom.addWidget(button)
-        layout.addLayout(bottom)
+        layout.addLayout(hbox((self.folderLabel, 1), self.historyButton, self.longerButton, self.queueButton))
         self._method_changed()
 
     def _inputs(self):
@@ -352,8 +340,6 @@ class SweepDialog(ToolDialog):
     def preview(self) -> None:
         """Say what Run would do (or what is wrong with the axes) without running anything; Run is enabled only when the
         axes plan a sweep."""
-        from core.errors import AmpConsoleError
-
         try:
             base = self._config_provider().validate()
             _grid, _ranges, trials = self._plan(base)
@@ -385,8 +371,6 @@ class SweepDialog(ToolDialog):
 
     # ------------------------------------------------------------------ running
     def _job(self, config):
-        from core.errors import AmpConsoleError
-
         try:
             planned = self._plan(config)
         except AmpConsoleError as exc:
@@ -406,16 +390,13 @@ class SweepDialog(ToolDialog):
         self.model.set_rows([])
         self.bestLabel.setText("")
         self.folderLabel.setText("")
-        self.progressBar.setRange(0, len(planned[2]))
-        self.progressBar.setValue(0)
-        self.progressBar.setFormat("%v of %m trials")
+        self._reset_progress(len(planned[2]), "%v of %m trials")
         root = self._root_provider()
         return sweep_job(
             config, planned, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root, devices=devices
         )
 
     def _on_progress(self, event) -> None:
-        from core.engine.events import RunStarted, StepMetrics
         from core.lab.sweep import SweepStarted, TrialEnded, TrialEvent, TrialStarted
 
         match event:
@@ -449,8 +430,6 @@ class SweepDialog(ToolDialog):
                 self._show_lines()
 
     def _show_lines(self) -> None:
-        import html
-
         self.statusLabel.setText("<br>".join(html.escape(text) for _, text in sorted(self._lines.items())))
 
     def _set_rows(self, rows: list[dict], metric: str | None) -> None:
