@@ -25,8 +25,7 @@ def did_you_mean(word: str, known) -> str:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line and exit code 2, with a did-you-mean for a mistyped command,
-    choice or flag."""
+    """argparse with bad input as one line (exit code 2) and a did-you-mean for a mistyped command, choice or flag."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -62,19 +61,10 @@ def flag_name(field: str) -> str:
     return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
+# flags that are not RunConfig fields but name themselves in errors
 CLI_ONLY_FLAGS = (
-    "nproc",
-    "resume",
-    "nnodes",
-    "nproc_per_node",
-    "node_rank",
-    "rdzv_endpoint",
-    "rdzv_id",
-    "rdzv_timeout",
-    "max_restarts",
-    "nodes",
-    "gpus_per_node",
-)  # flags that are not RunConfig fields but name themselves in errors
+    "nproc resume nnodes nproc_per_node node_rank rdzv_endpoint rdzv_id rdzv_timeout max_restarts nodes gpus_per_node"
+).split()
 
 
 def describe_config_error(exc: ConfigError) -> str:
@@ -91,11 +81,6 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 STOPPED_EXIT_CODE = 130  # a run stopped by a request that is not a signal (a control request): as Ctrl+C
 
 
-def signal_exit_code(signum: int | None) -> int:
-    """The shell's convention for a run ended by a signal: 128 + its number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
-    return 128 + signum if signum else STOPPED_EXIT_CODE
-
-
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -105,10 +90,8 @@ def signal_name(signum: int) -> str:
 
 def write_stderr_now(text: str) -> None:
     """Write to fd 2 without Python's buffers: safe inside a signal handler, silent when stderr is gone."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, text.encode("utf-8", "backslashreplace"))
-    except OSError:
-        pass
 
 
 class StopBeforeStart(BaseException):
@@ -141,11 +124,9 @@ def stop_at_end_of_input(stream, control) -> threading.Thread:
     ends. Lines on it are ignored (pause, resume and stop are requests in the run folder)."""
 
     def wait() -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # input gone unreadably (a closed terminal): as its end
             for _line in stream:
                 pass
-        except (OSError, ValueError):  # the input went away unreadably (a closed terminal): as its end
-            pass
         control.stop()
 
     thread = threading.Thread(target=wait, name="end-of-input", daemon=True)
@@ -154,9 +135,8 @@ def stop_at_end_of_input(stream, control) -> threading.Thread:
 
 
 class StopSignals:
-    """SIGINT, SIGTERM and SIGHUP all stop a run the same way: `control.stop()`, then checkpoint, RunEnded and summary;
-    a repeated signal only says it is already stopping. Before `started()` a signal raises StopBeforeStart, unless
-    `distributed` (rank 0 decides for all). A context manager: the previous handlers come back after."""
+    """SIGINT, SIGTERM and SIGHUP all stop a run: `control.stop()`, then checkpoint, RunEnded and summary; a repeated
+    signal only says so. Before `started()` a signal raises StopBeforeStart, unless `distributed` (rank 0 decides)."""
 
     def __init__(self, control=None, distributed: bool = False, announce: bool = True, extra: tuple = ()):
         self.control = control
@@ -168,11 +148,9 @@ class StopSignals:
         self._previous: dict = {}
 
     def __enter__(self) -> StopSignals:
-        try:
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals to whoever owns it
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
-        except ValueError:  # not the main thread: leave signals to whoever owns it
-            pass
         return self
 
     def __exit__(self, *exc) -> None:
@@ -190,7 +168,8 @@ class StopSignals:
 
     @property
     def exit_code(self) -> int:
-        return signal_exit_code(self.signum)
+        """128 + the stopping signal's number, as shells report it (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+        return 128 + self.signum if self.signum else STOPPED_EXIT_CODE
 
     def check_not_stopped(self) -> None:
         """StopBeforeStart if a stop signal came before the run started: call it after code that may swallow the
@@ -243,13 +222,12 @@ class SafeStream:
         self.broken = False
 
     def write(self, text: str) -> int:
-        if self.broken:
-            return len(text)
-        try:
-            return self._stream.write(text)
-        except (OSError, ValueError):
-            self._break()
-            return len(text)
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self._break()
+        return len(text)
 
     def flush(self) -> None:
         if self.broken:
@@ -261,17 +239,13 @@ class SafeStream:
 
     def _break(self) -> None:
         self.broken = True
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             fd = self._stream.fileno()
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, fd)
             os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
-        try:  # what is still buffered now goes to /dev/null, so the interpreter's final flush succeeds
+        with contextlib.suppress(OSError, ValueError):  # the rest buffered goes to /dev/null: the final flush succeeds
             self._stream.flush()
-        except (OSError, ValueError):
-            pass
 
     def isatty(self) -> bool:
         try:
@@ -287,8 +261,7 @@ class SafeStream:
 def safe_standard_streams():
     """sys.stdout and sys.stderr as SafeStreams for the duration of a command."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = saved[0] if isinstance(saved[0], SafeStream) else SafeStream(saved[0])
-    sys.stderr = saved[1] if isinstance(saved[1], SafeStream) else SafeStream(saved[1])
+    sys.stdout, sys.stderr = (s if isinstance(s, SafeStream) else SafeStream(s) for s in saved)
     try:
         yield
     finally:
@@ -311,7 +284,6 @@ def add_task_file_flag(parser) -> None:
     parser.add_argument(
         "--task",
         metavar="FILE.py:CLASS",
-        default=None,
         help="the task file of a run whose task is not built in (path/to/my_task.py:MyTask or "
         "package.module:MyTask); loading it runs its code",
     )
@@ -334,8 +306,7 @@ def add_runs_dir_flag(parser, what: str = "the runs root", **kwargs) -> None:
 
 
 def add_checkpoint_args(parser) -> None:
-    """RUN_OR_CHECKPOINT, --best / --last, --runs-dir and --task: how a command names the checkpoint it works on
-    (core.cli.evaluate.chosen_checkpoint reads them)."""
+    """RUN_OR_CHECKPOINT, --best / --last, --runs-dir and --task, as core.cli.evaluate.chosen_checkpoint reads them."""
     parser.add_argument(
         "target",
         metavar="RUN_OR_CHECKPOINT",
@@ -355,8 +326,7 @@ def add_checkpoint_args(parser) -> None:
 
 
 def load_task_argument(args) -> None:
-    """Load the user task --task names, when it names one: args.task becomes the task's name (and args.task_file its
-    reference, where the command has one)."""
+    """Load the user task --task names, if any: args.task becomes its name (args.task_file, if any, its reference)."""
     value = getattr(args, "task", None)
     from core.tasks.user_tasks import is_reference
 

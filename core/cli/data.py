@@ -17,21 +17,15 @@ if TYPE_CHECKING:
 OUTPUT_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
-def generated_tasks() -> tuple[str, ...]:
-    """The tasks whose synthetic data `data generate` writes (Task.synthetic_file, read without torch)."""
+def register(sub) -> None:
+    from core.cli.common import OneLineParser
     from core.tasks import task_infos
 
-    return tuple(name for name, info in task_infos().items() if info.synthetic_file)
-
-
-def register(sub) -> None:
-    """Add the `data` command group to the top-level subparsers."""
-    from core.cli.common import OneLineParser
-
+    generated = tuple(name for name, info in task_infos().items() if info.synthetic_file)  # read without torch
     data = sub.add_parser("data", help="synthetic data files in each task's format")
     commands = data.add_subparsers(dest="data_command", required=True, parser_class=OneLineParser)
     gen = commands.add_parser("generate", help="write a task's synthetic data as CSV or Parquet")
-    gen.add_argument("--task", required=True, choices=generated_tasks(), help="whose data format to write")
+    gen.add_argument("--task", required=True, choices=generated, help="whose data format to write")
     gen.add_argument("--rows", required=True, type=int, help="rows: interactions, (query, doc) pairs or reviews")
     gen.add_argument("--out", required=True, metavar="FILE", help="output file: .csv, or .parquet (.pq)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the planted structure and the draws")
@@ -46,7 +40,6 @@ def synthetic_table(task: str, rows: int, seed: int) -> pa.Table:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Handler of `data generate`: validate, generate, write, report one line on stderr."""
     if args.rows < 1:
         raise ConfigError("--rows", f"{args.rows} must be at least 1")
     if not args.out.lower().endswith(OUTPUT_SUFFIXES):

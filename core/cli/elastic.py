@@ -1,9 +1,8 @@
-"""A `train` process under torchrun (or SLURM) that may be a restart: what it does before the Trainer starts and
-after it ends. A restarted worker or a requeued SLURM job resumes from the run folder's checkpoint.pt (rank 0
-notes the restart in run.json); every rank's stderr also goes to `<run>/ranks/rank-<R>.log`; a failed rank
-writes torchelastic's error file, so torchrun's root cause is our message. Torch is imported only for that file.
-`python -m core.cli.elastic ARGS` is torchrun's worker: `python -m core.cli ARGS` without torch's deprecation
-warnings, which every rank would print at every start.
+"""A `train` process under torchrun (or SLURM) that may be a restart: a restarted worker or a requeued SLURM job resumes
+from the run folder's checkpoint.pt (rank 0 notes it in run.json); every rank's stderr also goes to
+`<run>/ranks/rank-<R>.log`; a failed rank writes torchelastic's error file (importing torch): torchrun's root cause is
+our message. `python -m core.cli.elastic ARGS` is torchrun's worker: `python -m core.cli ARGS` without torch's
+deprecation warnings, which every rank would print at every start.
 """
 
 from __future__ import annotations

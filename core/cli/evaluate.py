@@ -27,10 +27,7 @@ def register(sub) -> None:
     )
     add_checkpoint_args(p)
     p.add_argument(
-        "--split",
-        choices=("test", "val"),
-        default=None,
-        help="which split (default: test, or val when the data has no test split)",
+        "--split", choices=("test", "val"), help="which split (default: test, or val when the data has no test split)"
     )
     p.add_argument(
         "--data",
@@ -42,7 +39,7 @@ def register(sub) -> None:
     )
     add_data_flags(p)
     p.add_argument("--device", help="evaluate on this device (default: the run's setting)")
-    p.add_argument("--batch-size", type=int, default=None, help="rows per evaluation batch (default: the run's)")
+    p.add_argument("--batch-size", type=int, help="rows per evaluation batch (default: the run's)")
     p.add_argument(
         "--report",
         action="store_true",
@@ -120,7 +117,11 @@ def cmd_evaluate(args) -> int:
             "report", "--report measures the run's own split (its evaluation.json): leave out --data and the data flags"
         )
     checkpoint = chosen_checkpoint(args, "evaluating")
-    announce = _announcer(checkpoint, args.split)
+
+    def announce(split: str) -> None:  # the split measured, once the rebuilt run has chosen it
+        why = " (the data has no test split)" if args.split is None and split != "test" else ""
+        sys.stderr.write(f"evaluating {checkpoint} on the {split} split{why}…\n")
+
     if args.report:
         return _report(args, checkpoint, announce)
     result = evaluate_checkpoint(
@@ -137,16 +138,6 @@ def cmd_evaluate(args) -> int:
         return 0
     _print_metrics(result.to_dict(), checkpoint)
     return 0
-
-
-def _announcer(checkpoint: Path, asked: str | None):
-    """The stderr line naming the split measured, once the rebuilt run has chosen it."""
-
-    def announce(split: str) -> None:
-        why = " (the data has no test split)" if asked is None and split != "test" else ""
-        sys.stderr.write(f"evaluating {checkpoint} on the {split} split{why}…\n")
-
-    return announce
 
 
 def _print_metrics(result: dict, checkpoint: Path) -> None:
@@ -190,23 +181,20 @@ def _report(args, checkpoint: Path, announce) -> int:
     return 0
 
 
+def _aligned(label, width: int, cells, cell_width: int) -> str:
+    """'  label  cell cell': `label` left-aligned in `width`, each cell right-aligned in `cell_width`."""
+    return f"  {label:<{width}}" + "".join(f"{cell:>{cell_width}}" for cell in cells)
+
+
 def report_lines(report: dict) -> list[str]:
-    """The report's sections as compact text (confusion matrix, ROC and classification figures, curves at TABLE_KS,
-    buckets); missing sections are skipped."""
+    """The report's sections present as compact text: confusion matrix, figures, curves at TABLE_KS, buckets."""
     lines: list[str] = []
     confusion = report.get("confusion") or {}
     labels, matrix = confusion.get("labels") or [], confusion.get("matrix") or []
     if labels and len(matrix) == len(labels):
         width = max(8, *(len(str(label)) for label in labels))
-        lines += [
-            "",
-            "confusion matrix (rows: true class, columns: predicted)",
-            " " * (width + 2) + "".join(f"{label:>{width + 2}}" for label in labels),
-        ]
-        lines += [
-            f"  {label:<{width}}" + "".join(f"{count:>{width + 2},}" for count in row)
-            for label, row in zip(labels, matrix, strict=False)
-        ]
+        lines += ["", "confusion matrix (rows: true class, columns: predicted)", _aligned("", width, labels, width + 2)]
+        lines += [_aligned(label, width, (f"{n:,}" for n in row), width + 2) for label, row in zip(labels, matrix)]
     classification = report.get("classification") or {}
     roc = report.get("roc") or {}
     figures = [f"{name} {value:.4f}" for name, value in classification.items() if isinstance(value, float)]
@@ -220,29 +208,25 @@ def report_lines(report: dict) -> list[str]:
         if not shown:
             continue
         series = curve.get("series") or []
-        width = max([len(s.get("label") or s.get("name") or "") for s in series] + [10])
-        lines += [
-            "",
-            f"{curve.get('title', '')}".strip(),
-            f"  {'':<{width}}" + "".join(f"{(curve.get('metric') or '').upper() + '@' + str(k):>10}" for k in shown),
-        ]
-        for s in series:
+        names = [s.get("label") or s.get("name") or "" for s in series]
+        width = max([len(name) for name in names] + [10])
+        metric = (curve.get("metric") or "").upper()
+        lines += ["", f"{curve.get('title', '')}".strip(), _aligned("", width, (f"{metric}@{k}" for k in shown), 10)]
+        for name, s in zip(names, series):
             values = s.get("values") or []
             cells = [_value(values[ks.index(k)]) if ks.index(k) < len(values) else "-" for k in shown]
-            lines.append(f"  {s.get('label') or s.get('name') or '':<{width}}" + "".join(f"{c:>10}" for c in cells))
+            lines.append(_aligned(name, width, cells, 10))
     buckets = report.get("buckets") or {}
     rows = buckets.get("rows") or []
     if rows:  # one column per bucket (a few), one line per figure: fits 100 columns
         names = list(dict.fromkeys(name for row in rows for name in (row.get("values") or {})))
-        width = max([len(n) for n in names] + [len(str(buckets.get("unit") or "count"))])
+        unit = buckets.get("unit") or "count"
+        width = max([len(n) for n in names] + [len(str(unit))])
         lines += [
             "",
             buckets.get("title") or "by bucket",
-            f"  {'':<{width}}" + "".join(f"{row.get('label', ''):>9}" for row in rows),
-            f"  {buckets.get('unit') or 'count':<{width}}" + "".join(f"{row.get('count', 0):>9,}" for row in rows),
+            _aligned("", width, (row.get("label", "") for row in rows), 9),
+            _aligned(unit, width, (f"{row.get('count', 0):,}" for row in rows), 9),
         ]
-        for name in names:
-            lines.append(
-                f"  {name:<{width}}" + "".join(f"{_value((row.get('values') or {}).get(name)):>9}" for row in rows)
-            )
+        lines += [_aligned(n, width, (_value((row.get("values") or {}).get(n)) for row in rows), 9) for n in names]
     return lines

@@ -1,8 +1,6 @@
 """`amp-console export RUN_OR_CHECKPOINT --format program|onnx|safetensors --out FOLDER`: a deployable export
-(core.runs.export): the model file, manifest.json and a standalone serve.py in FOLDER, verified by reloading it
-and comparing its outputs with the trained model's (the max abs difference is printed). RUN_OR_CHECKPOINT is
-resolved as `evaluate` resolves it (a checkpoint file, a run folder, or a run id); for a run, its best checkpoint
-by default (its last when it kept none), as `predict` and the preview choose. No torch at import time.
+(core.runs.export), verified by reloading it. The checkpoint is chosen as `evaluate` and `predict` choose it (a run's
+best by default). No torch at import time.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from core.cli.common import add_checkpoint_args
 
 
 def register(sub) -> None:
-    """Adds the `export` command's parser to `sub`."""
     p = sub.add_parser(
         "export",
         help="a deployable export of a run's model (torch.export program, ONNX or "

@@ -19,16 +19,13 @@ def console(stderr: bool = False):
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    width = None
-    if not stream.isatty() and not os.environ.get("COLUMNS", "").isdigit():
-        width = PIPED_WIDTH
+    width = PIPED_WIDTH if not stream.isatty() and not os.environ.get("COLUMNS", "").isdigit() else None
     # No markup or emoji codes: a run's task or note read from its files prints as written ("[/]" is no tag).
     return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
 def table(title: str | None = None, **kwargs):
-    """A compact rich table: a header line, no boxes between cells. Text cells and headers pass through
-    core.text.printable, so escape sequences never reach the terminal."""
+    """A compact rich table (a header line, no boxes); text cells and headers pass through core.text.printable."""
     from rich import box
     from rich.table import Table
 
@@ -41,7 +38,5 @@ def table(title: str | None = None, **kwargs):
         def add_row(self, *cells, **kw):
             super().add_row(*(printable(c, keep_newlines=True) if isinstance(c, str) else c for c in cells), **kw)
 
-    kwargs.setdefault("box", box.SIMPLE_HEAD)
-    kwargs.setdefault("pad_edge", False)
-    kwargs.setdefault("title_justify", "left")
+    kwargs = {"box": box.SIMPLE_HEAD, "pad_edge": False, "title_justify": "left", **kwargs}
     return PrintableTable(title=printable(title) if isinstance(title, str) else title, **kwargs)

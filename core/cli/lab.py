@@ -10,14 +10,13 @@ import sys
 import time
 
 from core.cli import format as fmt
-from core.cli.common import add_option_flag
+from core.cli.common import add_option_flag, flag_name
 from core.config import COMPILE_MODES, RunConfig
 from core.errors import ConfigError
 from core.precision_modes import FP8_RECIPES, PRECISION_MODES
 
 
 def register(sub) -> None:
-    """Add the `bench` and `inspect` subcommands to the amp-console parser."""
     bench = sub.add_parser(
         "bench",
         help="time every precision mode on a task and compare it to fp32",
@@ -50,7 +49,6 @@ def register(sub) -> None:
     bench.add_argument(
         "--isolate",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="each mode in a fresh process (default: on the CPU, where memory is the peak RSS)",
     )
     bench.add_argument(
@@ -88,9 +86,7 @@ def register(sub) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--task", default=None, help="task to measure (default tiny, or --from's; see `amp-console tasks`)"
-    )
+    parser.add_argument("--task", help="task to measure (default tiny, or --from's; see `amp-console tasks`)")
     parser.add_argument(
         "--from",
         dest="from_run",
@@ -99,15 +95,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "file is loaded as `evaluate` does (asked first, --yes)",
     )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N (default auto)")
-    parser.add_argument("--batch-size", type=int, default=None, help="samples per step (default: the task's)")
+    parser.add_argument("--batch-size", type=int, help="samples per step (default: the task's)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     add_option_flag(parser, "hidden=256")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
 def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> RunConfig:
-    """A validated RunConfig from the task's defaults (or --from's run: its task, options, batch size and
-    optimizer) and the lab command's flags."""
+    """A validated RunConfig: the task's defaults (or --from's task, options, batch size, optimizer), the flags over."""
     from core.cli.train import parse_option
 
     run = recorded_config(args.from_run) if getattr(args, "from_run", None) else {}
@@ -118,12 +113,8 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
         "task_options": {**(run.get("task_options") or {}), **dict(map(parse_option, args.task_options))},
         **{k: run[k] for k in ("batch_size", "optimizer") if k in run},
     }
-    if args.batch_size is not None:
-        values["batch_size"] = args.batch_size
-    if getattr(args, "threads", None) is not None:
-        values["threads"] = args.threads
-    if getattr(args, "fp8_recipe", None):
-        values["fp8_recipe"] = args.fp8_recipe
+    given = ("batch_size", "threads", "fp8_recipe", "optimizer")  # the flags of the commands that have them
+    values |= {name: getattr(args, name) for name in given if getattr(args, name, None) is not None}
     return RunConfig.for_task(args.task or run.get("task") or "tiny", **values).validate()
 
 
@@ -157,9 +148,9 @@ def numbered(command: str):
     return lambda update: f"{command} [{update.index + 1}/{update.total}] {update.describe()}"
 
 
-def flag_error(exc: ConfigError, flag: str) -> ConfigError:
-    """`exc` again, naming the command line's `flag` instead of the setting."""
-    return ConfigError(flag, str(exc).split(": ", 1)[1])
+def flag_error(exc: ConfigError, flag: str | None = None) -> ConfigError:
+    """`exc` again, naming the command line's `flag` (default: the setting's own, --start-lr) instead of the setting."""
+    return ConfigError(flag or flag_name(exc.field), str(exc).split(": ", 1)[1])
 
 
 def add_precisions_flag(parser, default: str = ",".join(PRECISION_MODES)) -> None:
@@ -170,10 +161,7 @@ def add_precisions_flag(parser, default: str = ",".join(PRECISION_MODES)) -> Non
         "is the reference; modes the device cannot run are listed as skipped)",
     )  # fmt: skip
     parser.add_argument(
-        "--fp8-recipe",
-        choices=FP8_RECIPES,
-        default=None,
-        help="torchao float8 recipe of the fp8 rows (default tensorwise)",
+        "--fp8-recipe", choices=FP8_RECIPES, help="torchao float8 recipe of the fp8 rows (default tensorwise)"
     )
 
 
@@ -264,16 +252,14 @@ def print_sweep(result) -> None:
             table.add_row(r.label, r.status, *["-"] * (len(columns) - 2), style="dim")
             notes.append(f"{r.label} {r.status}: {r.reason}")
             continue
-        if r.compile_seconds is not None:  # a sentence below the table: a column would squeeze the ratios
-            notes.append(f"{r.label}: compiled in {r.compile_seconds:.1f} s, before the timed windows")
-        if r.reason:  # measured, with a remark: a compile that fell back to eager, float8 layers, 8-bit state
-            notes.append(f"{r.label}: {r.reason}")
-        if r.why:  # speed, memory, loss drift, growing memory, why (not) recommended
-            notes.append(f"{r.label}: {r.why}")
-        if r.skipped_steps:
-            notes.append(f"{r.label}: {r.skipped_steps:,} steps skipped (fp16 overflow)")
-        if noise_note(r):  # something else shared the device: the ratios are rough
-            notes.append(f"{r.label}: {noise_note(r)}")
+        remarks = (  # sentences below the table: columns would squeeze the ratios
+            f"compiled in {r.compile_seconds:.1f} s, before the timed windows" if r.compile_seconds is not None else "",
+            r.reason,  # measured, with a remark: a compile that fell back to eager, float8 layers, 8-bit state
+            r.why,  # speed, memory, loss drift, growing memory, why (not) recommended
+            f"{r.skipped_steps:,} steps skipped (fp16 overflow)" if r.skipped_steps else "",
+            noise_note(r),  # something else shared the device: the ratios are rough
+        )
+        notes += [f"{r.label}: {remark}" for remark in remarks if remark]
         cells = [r.label, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
         cells += [fmt.count(r.tokens_per_second)] if tokens else []
         cells += [
@@ -311,18 +297,14 @@ _SHORT_DTYPES = {
     "float64": "f64",
     "int64": "i64",
     "int32": "i32",
-    "bool": "bool",
 }
 
 
-# The table's short forms of the inspector's reasons (WHY_TEXT keys); the lines under the table use the long ones.
+# The table's short forms of the long reasons (WHY_TEXT keys); the lines under the table use the long ones.
 _SHORT_WHY = {
-    "fp32 list": "fp32 list",
-    "promote": "promote",
     "no lower-precision path": "no low path",
     "input float32": "input f32",
     "mixed inputs": "mixed",
-    "new tensor": "new tensor",
     "cast to float32": "cast",
     "inside a float32 op": "in f32 op",
 }
@@ -334,8 +316,7 @@ def _dtypes(names: list[str]) -> str:
 
 
 def print_inspection(result) -> None:
-    """Per-module dtypes as an indented table (short dtype names, why float32 as a short reason), then the ops
-    each module ran as lines (they are long), then what each reason means."""
+    """Per-module dtypes as an indented table, then the ops each module ran (long: as lines), then the reasons."""
     from rich.padding import Padding
     from rich.text import Text
 

@@ -1,8 +1,7 @@
-"""A table of thousands of rows (`runs list`) laid out as format.table(show_edge=False) would lay it out, at a fraction
-of rich's cost per row (the same text down to 60 columns: tests/test_cli_tables.py).
-
-Beyond rich: a column may be `whole` (never wrapped or cut: a run's name) and may give way (`drop`, lowest first):
-when the table is too wide, such columns are left out before any word would be broken; `left_out(width)` names them.
+"""A table of thousands of rows (`runs list`) laid out as format.table(show_edge=False) would lay it out (the same text
+down to 60 columns: tests/test_cli_tables.py) at a fraction of rich's cost per row. Beyond rich: a column may be
+`whole` (never wrapped or cut: a run's name) and may give way (`drop`, lowest first): left out of a table too wide
+before any word is broken; `left_out(width)` names them.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ class _Column:
 
 
 class LongTable:
-    """add_column(name, justify=, no_wrap=, min_width=, overflow=) and add_row(*texts) as on a rich Table;
-    print(console) writes it."""
+    """add_column and add_row as on a rich Table (plus `whole` and `drop`); print(console) writes it."""
 
     def __init__(self) -> None:
         self.columns: list[_Column] = []
@@ -105,8 +103,7 @@ class LongTable:
         return [max(w - p, c.min_width) for w, p, c in zip(padded, pads, self.columns)]
 
     def lines(self, width: int) -> list[str]:
-        """The header, the rule and the body's lines of the columns kept at `width`; cut at `width` when wider,
-        unless a `whole` column is kept."""
+        """The header, rule and body lines of the columns kept at `width`; cut there unless a `whole` column is kept."""
         kept = self.kept(width)
         if len(kept) < len(self.columns):
             shown = LongTable()

@@ -73,12 +73,12 @@ def device_notes(d) -> str:
             f"torch uses {d.details.get('torch_threads')}",
             d.details.get("bf16_speed", ""),
         ]
-        return "; ".join(p for p in parts if p)
-    parts = [f"compute capability {d.capability}" if d.capability else ""]
-    if d.details.get("multiprocessors"):
-        parts.append(f"{d.details['multiprocessors']} SMs")
-    if d.memory_free is not None:
-        parts.append(f"{fmt.size(d.memory_free)} free")
+    else:
+        parts = [
+            f"compute capability {d.capability}" if d.capability else "",
+            f"{d.details['multiprocessors']} SMs" if d.details.get("multiprocessors") else "",
+            f"{fmt.size(d.memory_free)} free" if d.memory_free is not None else "",
+        ]
     return "; ".join(p for p in parts if p)
 
 
@@ -103,29 +103,18 @@ def _task_json(info, **extra) -> dict:
     """A task's `tasks --json` object: its name, description, metric, options and defaults (and `extra`)."""
     options = [
         {
-            "name": o.name,
-            "default": o.default,
-            "help": o.help,
-            "minimum": o.minimum,
-            "maximum": o.maximum,
+            **{key: getattr(o, key) for key in ("name", "default", "help", "minimum", "maximum")},
             "choices": list(o.choices) if o.choices else None,
         }
         for o in info.options
     ]
-    return {
-        "name": info.name,
-        "description": info.description,
-        "primary_metric": info.primary_metric,
-        "options": options,
-        "defaults": dict(info.defaults),
-        **extra,
-    }
+    head = {key: getattr(info, key) for key in ("name", "description", "primary_metric")}
+    return {**head, "options": options, "defaults": dict(info.defaults), **extra}
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """`tasks`: every task with its options (no torch); `tasks NAME`: one task in full, with its size;
-    `tasks new NAME`: a task file to start from."""
-    from core.tasks import get_task_info, task_infos
+    """`tasks`: every task (no torch); `tasks NAME`: one task in full, with its size; `tasks new NAME`: a task file."""
+    from core.tasks import create_task, get_task_info, task_infos
 
     if args.name == "new":
         return cmd_tasks_new(args)
@@ -137,7 +126,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             info = get_task_info(args.name)
         except ConfigError as exc:  # one line with the known names and a did-you-mean
             return fail_bad_input(f"tasks: {str(exc).split(': ', 1)[1]}")
-        parameters = _parameter_count(info.name)
+        parameters = create_task(info.name).parameter_count()  # the default model, on the meta device (torch)
         if args.json:
             print(json.dumps(_task_json(info, parameters=parameters), indent=2))
         else:
@@ -149,8 +138,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         return 0
     console = fmt.console()
     for info in infos:
-        _print_task_head(console, info)
-        console.print(_options_table(info, indent=2))
+        _print_task(console, info)
     console.print(
         "Set an option with -o NAME=VALUE (train, bench, inspect); "
         "`amp-console tasks NAME` shows one task with its parameter count."
@@ -190,20 +178,8 @@ def cmd_tasks_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _options_table(info, indent: int = 0):
-    from rich.padding import Padding
-
-    table = fmt.table(None, show_edge=False)
-    table.add_column("option", no_wrap=True)
-    table.add_column("default", justify="right", no_wrap=True)
-    table.add_column("allowed", no_wrap=True)
-    table.add_column("what it sets", overflow="fold")
-    for o in info.options:
-        table.add_row(o.name, fmt.setting(o.default), o.allowed(), o.help)
-    return Padding(table, (0, 0, 1, indent), expand=False)
-
-
-def _print_task_head(console, info, parameters: int | None = None) -> None:
+def _print_task(console, info, parameters: int | None = None) -> None:
+    """A task's name, what it is (its model's size when `parameters` is known), then its options' table."""
     from rich.padding import Padding
     from rich.text import Text
 
@@ -220,19 +196,19 @@ def _print_task_head(console, info, parameters: int | None = None) -> None:
     console.print(Text(info.name, style="bold"))
     for line in lines:  # wrapped lines keep the indent
         console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))
-
-
-def _parameter_count(name: str) -> int:
-    """Trainable parameters of the task's default model, built on the meta device (imports torch)."""
-    from core.tasks import create_task
-
-    return create_task(name).parameter_count()
+    table = fmt.table(None, show_edge=False)
+    table.add_column("option", no_wrap=True)
+    table.add_column("default", justify="right", no_wrap=True)
+    table.add_column("allowed", no_wrap=True)
+    table.add_column("what it sets", overflow="fold")
+    for o in info.options:
+        table.add_row(o.name, fmt.setting(o.default), o.allowed(), o.help)
+    console.print(Padding(table, (0, 0, 1, 2), expand=False))
 
 
 def print_task(info, parameters: int) -> None:
     console = fmt.console()
-    _print_task_head(console, info, parameters)
-    console.print(_options_table(info, indent=2))
+    _print_task(console, info, parameters)
     if info.options:
         o = info.options[0]
         task = info.source or info.name  # a user task is named by its reference
@@ -277,7 +253,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     tasks.add_argument(
         "--out",
         metavar="PATH",
-        default=None,
         help="with `tasks new NAME`: the file to write (default ./NAME.py; a folder: NAME.py in it)",
     )
     add_task_file_flag(tasks)

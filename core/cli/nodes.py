@@ -194,10 +194,7 @@ def _interface_addresses() -> dict[str, str]:
 
 def interface_of(address: str) -> str | None:
     """The name of the interface holding `address` (for GLOO_SOCKET_IFNAME), if this machine has it."""
-    for name, ip in _interface_addresses().items():
-        if ip == address:
-            return name
-    return None
+    return next((name for name, ip in _interface_addresses().items() if ip == address), None)
 
 
 def strip_node_flags(argv: list[str]) -> list[str]:

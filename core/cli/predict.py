@@ -1,9 +1,6 @@
-"""`amp-console predict RUN_OR_CHECKPOINT --input FILE --out FILE`: a trained model's predictions for a whole file
-in the task's own input format; the arguments and what is printed.
-
-The work is core.runs.file_predict's; each task's columns and own options (a recommender's --k, --include-seen) are
-its file scorer's (core.tasks.serving.FileScorer). Bad rows, --strict, exit statuses and the partial file are
-described in docs/runs.md. No torch at import time.
+"""`amp-console predict RUN_OR_CHECKPOINT --input FILE --out FILE`: a trained model's predictions for a whole file in
+the task's own input format. The work is core.runs.file_predict's; a task's own options (a recommender's --k) are its
+file scorer's. Bad rows, --strict, exit statuses and the partial file: docs/runs.md. No torch at import time.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from core.text import printable
 
 
 def register(sub) -> None:
-    """Adds the `predict` command's parser to `sub`."""
     p = sub.add_parser(
         "predict",
         help="a trained model's predictions for a CSV/Parquet/JSON lines file in the task's input format",
@@ -42,9 +38,6 @@ def register(sub) -> None:
     )
     p.add_argument("--strict", action="store_true", help="the first bad row is an error (exit 2), nothing written")
     p.set_defaults(handler=cmd_predict)
-
-
-# ---- the command -------------------------------------------------------------------------------------------------
 
 
 def cmd_predict(args) -> int:

@@ -10,9 +10,9 @@ import argparse
 import json
 
 from core.cli import format as fmt
-from core.cli.common import OneLineParser, StopSignals, add_option_flag, add_runs_dir_flag
-from core.cli.train import DATA_FLAG_FIELDS, _user_layers, add_data_flags, add_field_flag
-from core.config import FIELD_SPECS, RunConfig
+from core.cli.common import OneLineParser, StopSignals, add_runs_dir_flag
+from core.cli.train import _user_layers, add_setting_flags
+from core.config import RunConfig
 
 
 def register(sub) -> None:
@@ -20,17 +20,12 @@ def register(sub) -> None:
     actions = p.add_subparsers(dest="queue_action", required=True, parser_class=OneLineParser, metavar="ACTION")
     add = actions.add_parser("add", help="add runs: one per config file (or the flags' settings), or a grid's trials")
     add.add_argument("configs", nargs="*", metavar="FILE.toml", help="settings files, one entry each")
-    for name in FIELD_SPECS:
-        if name not in DATA_FLAG_FIELDS:
-            add_field_flag(add, name)
-        if name == "data":
-            add_data_flags(add)
-    add_option_flag(add)
+    add_setting_flags(add)
     add.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a sweep's trials (repeatable)")
     add.add_argument("--name", default="", help="the entry's name (default: the file's, the task's or the trial's)")
     add.add_argument("--host", default="", metavar="HOST", help="train there, over ssh (paths: the host's)")
-    add.add_argument("--remote-command", metavar="CMD", default=None, help="how HOST runs amp-console (remote start's)")
-    add.add_argument("--ssh-config", metavar="FILE", default=None, help="an ssh config file (ssh -F FILE)")
+    add.add_argument("--remote-command", metavar="CMD", help="how HOST runs amp-console (remote start's)")
+    add.add_argument("--ssh-config", metavar="FILE", help="an ssh config file (ssh -F FILE)")
     add.add_argument("--ssh-option", metavar="OPTION", action="append", default=[], help="ssh -o OPTION, repeatable")
     listing = actions.add_parser("list", help="the entries with their states, run folders and results")
     listing.add_argument("--json", action="store_true", help="print the queue as JSON")

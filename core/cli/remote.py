@@ -20,20 +20,21 @@ START_FLAGS = [n for n in FIELD_SPECS if n not in ("task", "task_file", "data", 
 VENV_SHOWN = "~/.amp-console/venv"  # core.remote.ssh.VENV under the host's home
 
 
-def _ssh_flags(parser) -> None:
+def _ssh_flags(parser, handler, **defaults) -> None:
+    """A remote command's last flags (--remote-command, --ssh-config, --ssh-option, --runs-dir), and its handler."""
     group = parser.add_argument_group("remote runs (HOST:PATH)")
     group.add_argument(
         "--remote-command",
         metavar="CMD",
-        default=None,
         help="how the host runs amp-console, e.g. '~/venv/bin/amp-console' (default: "
         "$AMP_CONSOLE_REMOTE_COMMAND, else amp-console)",
     )
-    group.add_argument("--ssh-config", metavar="FILE", default=None, help="an ssh config file (ssh -F FILE)")
+    group.add_argument("--ssh-config", metavar="FILE", help="an ssh config file (ssh -F FILE)")
     group.add_argument(
         "--ssh-option", metavar="OPTION", action="append", default=[], help="an ssh option (ssh -o OPTION), repeatable"
     )
     add_runs_dir_flag(parser, "the runs root a run id or name is looked for in")
+    parser.set_defaults(handler=handler, **defaults)
 
 
 def _say(text: str) -> None:
@@ -51,11 +52,7 @@ def _remote(target: str) -> tuple[str, str] | None:
 def host_of(dest: str, args: argparse.Namespace):
     from core.remote.ssh import Host
 
-    options: list[str] = []
-    if args.ssh_config:
-        options += ["-F", args.ssh_config]
-    for option in args.ssh_option:
-        options += ["-o", option]
+    options = (["-F", args.ssh_config] if args.ssh_config else []) + [a for o in args.ssh_option for a in ("-o", o)]
     command = (args.remote_command or "").strip()
     return Host(dest, command, tuple(options)) if command else Host(dest, ssh_options=tuple(options))
 
@@ -86,8 +83,7 @@ def register(sub) -> None:
         help="off a terminal: one progress line this often (default 10)",
     )
     watch.add_argument("--json", action="store_true", help="last stdout line: the run's JSON summary")
-    _ssh_flags(watch)
-    watch.set_defaults(handler=cmd_watch)
+    _ssh_flags(watch, cmd_watch)
 
     control = sub.add_parser(
         "control",
@@ -104,8 +100,7 @@ def register(sub) -> None:
         metavar="SECONDS",
         help="how long to wait for the acknowledgement and its outcome (default 30)",
     )
-    _ssh_flags(control)
-    control.set_defaults(handler=cmd_control)
+    _ssh_flags(control, cmd_control)
 
     remote = sub.add_parser("remote", help="a host reached with ssh: its devices; start a run there")
     ops = remote.add_subparsers(dest="op", required=True, metavar="OP")
@@ -118,44 +113,35 @@ def register(sub) -> None:
         help="probe the devices again (the host answers its last probe while its Python, torch, driver and "
         "visible devices are unchanged; free GPU memory is always read now)",
     )
-    _ssh_flags(devices)
-    devices.set_defaults(handler=cmd_remote_devices)
+    _ssh_flags(devices, cmd_remote_devices)
     start = ops.add_parser("start", help="start a run detached on the host; prints HOST:FOLDER for watch/control")
     start.add_argument("host", metavar="HOST")
     start.add_argument(
-        "--config",
-        metavar="FILE.toml",
-        default=None,
-        help="the run's settings (a local file; default: the task's defaults)",
+        "--config", metavar="FILE.toml", help="the run's settings (a local file; default: the task's defaults)"
     )
     start.add_argument(
         "--task",
-        dest="remote_task",
+        dest="remote_task",  # not loaded here (main loads an args.task file)
         metavar="FILE.py:CLASS",
-        default=None,  # not loaded here
         help="the task: a built-in task's name, or a task file here (copied into the run's folder "
         "on the host) or package.module:Class (installed on the host)",
     )
     add_option_flag(start)
     start.add_argument(
-        "--data",
-        metavar="PATH",
-        default=None,
-        help="the data file (a path on the host, or with --upload a local file copied there)",
+        "--data", metavar="PATH", help="the data file (a path on the host, or with --upload a local file copied there)"
     )
     start.add_argument(
         "--upload",
         action="store_true",
         help="copy the local data file(s) to the host first (skipped when it has the same sha256)",
     )
-    start.add_argument("--nproc", type=int, default=None, metavar="N", help="DDP processes on the host")
+    start.add_argument("--nproc", type=int, metavar="N", help="DDP processes on the host")
     start.add_argument("--watch", action="store_true", help="then watch it (Ctrl+C leaves it running)")
     settings = start.add_argument_group("the run's settings, as train's (over --config; paths: on the host)")
     for name in START_FLAGS:
         add_field_flag(settings, name)
     add_data_flags(settings)
-    _ssh_flags(start)
-    start.set_defaults(handler=cmd_remote_start, offset=0, progress_every=10.0, json=False)
+    _ssh_flags(start, cmd_remote_start, offset=0, progress_every=10.0, json=False)
 
     install = ops.add_parser(
         "install",
@@ -170,20 +156,18 @@ def register(sub) -> None:
         "--venv", metavar="DIR", default=VENV_SHOWN, help=f"the venv on the host (default {VENV_SHOWN})"
     )
     install.add_argument("--python", metavar="CMD", default="python3", help="the host's python (default python3)")
-    install.add_argument("--torch-spec", metavar="SPEC", default=None, help="torch's requirement, e.g. 'torch>=2.6'")
+    install.add_argument("--torch-spec", metavar="SPEC", help="torch's requirement, e.g. 'torch>=2.6'")
     install.add_argument(
         "--system-site-packages",
         action="store_true",
         help="the venv sees the host python's packages (a torch already there is kept when it meets the spec)",
     )
-    _ssh_flags(install)
-    install.set_defaults(handler=cmd_remote_install)
+    _ssh_flags(install, cmd_remote_install)
 
     runs = ops.add_parser("runs", help="the runs under the host's runs root (as `runs list` there)")
     runs.add_argument("host", metavar="HOST")
     runs.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
-    _ssh_flags(runs)
-    runs.set_defaults(handler=cmd_remote_runs)
+    _ssh_flags(runs, cmd_remote_runs)
     fetch = ops.add_parser(
         "fetch",
         help="copy a host's run (its files and best checkpoint) under the runs root",
@@ -197,12 +181,11 @@ def register(sub) -> None:
         "target", metavar="HOST:RUN", help="RUN: a folder on the host, or a run's name or id under the host's runs root"
     )
     fetch.add_argument("--no-checkpoint", action="store_true", help="only the run's small files")
-    _ssh_flags(fetch)
-    fetch.set_defaults(handler=cmd_remote_fetch)
+    _ssh_flags(fetch, cmd_remote_fetch)
 
     agent = sub.add_parser("agent", help=argparse.SUPPRESS)
-    agent.add_argument("--client-version", default=None)
-    agent.add_argument("--runs-dir", default=None)
+    agent.add_argument("--client-version")
+    agent.add_argument("--runs-dir")
     agent_ops = agent.add_subparsers(dest="op", required=True)
     agent_ops.add_parser("info").add_argument("--refresh", action="store_true")
     agent_ops.add_parser("start")
@@ -225,21 +208,14 @@ def register(sub) -> None:
     agent.set_defaults(handler=cmd_agent)
 
 
-# ----------------------------------------------------------------------------------------------- watch
-def _follower(target: str, args: argparse.Namespace):
-    from core.remote.client import follow_run
-
-    remote = _remote(target)
-    host = host_of(remote[0], args) if remote else None
-    return follow_run(target, offset=args.offset, host=host, runs_dir=args.runs_dir)
-
-
 def cmd_watch(args: argparse.Namespace) -> int:
     from core.cli.train import ProgressReporter, print_summary, summary_json
     from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResumed, RunStarted, event_or_none
-    from core.remote.client import FollowNote
+    from core.remote.client import FollowNote, follow_run
 
-    follower = _follower(args.target, args)
+    remote = _remote(args.target)
+    host = host_of(remote[0], args) if remote else None
+    follower = follow_run(args.target, offset=args.offset, host=host, runs_dir=args.runs_dir)
     reporter = ProgressReporter(enabled=True, every=args.progress_every)
     started = ended = None
     try:
@@ -248,9 +224,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 _say(item.text)
                 continue
             event = event_or_none(item.record)
-            if event is None:
-                continue
-            reporter(event)
+            if event is not None:
+                reporter(event)
             match event:
                 case RunStarted():
                     started, ended = event, None
@@ -297,24 +272,14 @@ def cmd_control(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------- remote
 def cmd_remote_devices(args: argparse.Namespace) -> int:
     from core.cli.main import print_devices
     from core.remote.client import host_devices
 
     info = host_devices(host_of(args.host, args), refresh=args.refresh)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "host": info.dest,
-                    "version": info.version,
-                    "runs_root": info.runs_root,
-                    "devices": [d.to_dict() for d in info.devices],
-                },
-                indent=2,
-            )
-        )
+        where = {"host": info.dest, "version": info.version, "runs_root": info.runs_root}
+        print(json.dumps({**where, "devices": [d.to_dict() for d in info.devices]}, indent=2))
         return 0
     print(
         f"{printable(info.dest)} ({printable(info.hostname)}): amp-console {printable(info.version)}, "
@@ -437,7 +402,6 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------- agent
 def cmd_agent(args: argparse.Namespace) -> int:
     from core.remote import agent
 
@@ -460,13 +424,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     elif args.op == "runs":
         agent.runs(sys.stdout.buffer, args.runs_dir)
     elif args.op == "fetch":
-        agent.fetch(
-            agent.find_run_folder(args.folder, args.runs_dir),
-            args.checkpoint,
-            sys.stdin.buffer,
-            sys.stdout.buffer,
-            args.runs_dir,
-        )
+        folder = agent.find_run_folder(args.folder, args.runs_dir)
+        agent.fetch(folder, args.checkpoint, sys.stdin.buffer, sys.stdout.buffer, args.runs_dir)
     elif args.op == "put":
         agent.print_json(agent.put(args.sha256, args.size, args.name, sys.stdin.buffer, args.check, args.runs_dir))
     return 0

@@ -1,7 +1,6 @@
-"""`amp-console runs list | show | note | compare | export | delete | tensorboard`: the runs under a runs folder.
-
-A run is named by its id, a unique id prefix, its folder name, or its folder (a path, under the runs root or
-not). Everything printed that was read from a run's files passes through core.text.printable. No torch here.
+"""`amp-console runs list | show | note | compare | export | delete | tensorboard`: the runs under a runs folder, each
+named by its id, a unique id prefix, its folder name, or its folder (a path, under the runs root or not). Everything
+printed that was read from a run's files passes through core.text.printable. No torch here.
 """
 
 from __future__ import annotations
@@ -59,23 +58,18 @@ def _named(run: dict) -> str:
 
 
 def in_folder(key: str) -> dict | None:
-    """The run in the folder `key` names, when it is one (a path, anywhere: as evaluate, export and predict
-    take a run), else None."""
+    """The run in the folder `key` names (a path, anywhere: as evaluate, export and predict take a run), else None."""
     path = Path(key).expanduser()
     return read_run(path.absolute()) if path.is_dir() else None
 
 
 def find_run(root: Path, key: str) -> dict:
-    """The run in the folder `key` names, else the one it names under `root` (as `resolve` finds it), parsing
-    only the records that could match."""
+    """The run in the folder `key` names, else the one it names under `root` (parsing only the records that match)."""
     return in_folder(key) or resolve(runs_named(root, [key]), key, root)
 
 
 def run_folder(where: str) -> Path:
-    """The folder of the run `where` names: a run folder, a checkpoint in one, or a run's id or name under the
-    runs root; ConfigError naming --from otherwise."""
-    from core.engine.run_record import runs_root
-
+    """The folder of the run `where` names (a folder, a checkpoint in one, an id or name); else ConfigError (--from)."""
     path = Path(where).expanduser()
     if path.is_file():
         return path.parent
@@ -92,23 +86,6 @@ def resolve_all(args) -> list[dict]:
     named = [key for key, run in folders.items() if run is None]
     candidates = runs_named(root, named) if named else []
     return [folders[key] or resolve(candidates, key, root) for key in args.ids]
-
-
-_wall = fmt.duration  # one wall-time format for the CLI and the history panel
-
-
-def _start(run: dict, year: bool = True) -> str:
-    """'2026-12-01 01:07' (UTC), or '12-01 01:07' without the year."""
-    text = run.get("start_time") or "-"
-    if text == "-":
-        return text
-    text = text.replace("T", " ")[:16]
-    return text if year else text[5:]
-
-
-def _unreadable_lines(runs: list[dict]) -> list[str]:
-    """One line per run whose files can't be read: its name and why (under the table: a sentence)."""
-    return [printable(f"{r.get('name')}: unreadable: {r['unreadable']}") for r in runs if r.get("unreadable")]
 
 
 # `runs list`'s columns. A name is never broken; on a narrow terminal columns give way in `drop` order.
@@ -168,8 +145,8 @@ def print_run_table(runs: list[dict]) -> None:
             str(r.get("device") or "-"),
             steps_text(r),
             best_text(r),
-            _wall(r.get("wall_seconds")),
-            _start(r, year=False),
+            fmt.duration(r.get("wall_seconds")),
+            (r.get("start_time") or "").replace("T", " ")[5:16] or "-",  # 12-01 01:07 (UTC)
         )
     console = fmt.console()
     table.print(console)
@@ -179,8 +156,9 @@ def print_run_table(runs: list[dict]) -> None:
             f"(left out to fit {console.width} columns: {', '.join(left_out)}; `runs show ID` has them)",
             highlight=False,
         )
-    for line in _unreadable_lines(runs):
-        console.print(line, soft_wrap=True)
+    for r in runs:
+        if r.get("unreadable"):  # why, under the table: a sentence
+            console.print(printable(f"{r.get('name')}: unreadable: {r['unreadable']}"), soft_wrap=True)
 
 
 def _metrics_text(metrics: dict | None) -> str:
@@ -202,29 +180,23 @@ def cmd_show(args) -> int:
         return 0
     versions = run.get("versions") or {}
     checkpoints = run.get("checkpoints") or {}
+    named = f" ({run['device_name']})" if run.get("device_name") else ""
+    device = f"{run.get('device') or ''}{named}".strip()
+    best_step = (run.get("best") or {}).get("step")
     rows = [
         *head,
         ("task", run.get("task")),
         ("status", run.get("status")),
-        (
-            "device",
-            " ".join(
-                str(x) for x in (run.get("device"), f"({run['device_name']})" if run.get("device_name") else "") if x
-            ),
-        ),
+        ("device", device),
         ("precision", f"{precision_text(run)} (autocast {run.get('autocast_dtype') or '-'})"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "-"),
         ("started", run.get("start_time") or "-"),
         ("ended", run.get("end_time") or "-"),
-        ("wall time", _wall(run.get("wall_seconds"))),
+        ("wall time", fmt.duration(run.get("wall_seconds"))),
         ("steps", steps_text(run)),
         ("final loss", fmt.number(run.get("final_loss"))),
         ("samples/s", fmt.count(run.get("samples_per_second"))),
-        (
-            "best",
-            best_text(run)
-            + (f" at step {fmt.exact(run['best']['step'])}" if (run.get("best") or {}).get("step") is not None else ""),
-        ),
+        ("best", best_text(run) + (f" at step {fmt.exact(best_step)}" if best_step is not None else "")),
         ("val metrics", _metrics_text(run.get("metrics"))),
         ("test metrics", _metrics_text(run.get("test_metrics"))),
     ]
@@ -290,17 +262,9 @@ def cmd_compare(args) -> int:
     differing = differing_config(runs)
     rows = compare_rows(runs)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "runs": [{k: r.get(k) for k in COMPARED_FIELDS} for r in runs],
-                    "config_differs": differing,
-                    "rows": [{"label": row.label, "values": list(row.values), "differs": row.differs} for row in rows],
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        compared = [{"label": row.label, "values": list(row.values), "differs": row.differs} for row in rows]
+        runs_json = [{k: r.get(k) for k in COMPARED_FIELDS} for r in runs]
+        print(json.dumps({"runs": runs_json, "config_differs": differing, "rows": compared}, indent=2, default=str))
         return 0
     table = fmt.table(None)
     table.add_column("", no_wrap=True)
@@ -406,7 +370,6 @@ def cmd_tensorboard(args) -> int:
 
 
 def register(sub) -> None:
-    """Add the `runs` command group to the top-level subparsers."""
     from core.cli.common import OneLineParser
 
     runs = sub.add_parser(
@@ -438,7 +401,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the run's record as JSON")
     p = add("note", cmd_note, "print a run's note, or set it (an empty TEXT clears it); kept in note.txt in its folder")
     p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
-    p.add_argument("text", metavar="TEXT", nargs="?", default=None, help="the new note ('' clears it)")
+    p.add_argument("text", metavar="TEXT", nargs="?", help="the new note ('' clears it)")
     p = add("compare", cmd_compare, "runs side by side: speed, metrics, wall time, the config fields that differ")
     p.add_argument("ids", nargs="+", metavar="ID", help="run id, unique id prefix, folder name, or a run's folder")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -1,8 +1,6 @@
-"""`amp-console slurm`: an sbatch script for a config, and what `train` does inside a SLURM job. Torch-free.
-
-The script starts one `amp-console train` per node with `srun`, meeting at the job's first node, and asks for SIGUSR1
-before the time limit plus a requeue. Inside a job SIGUSR1 checkpoints and stops the run; the job's first task then
-runs `scontrol requeue`, and the requeued job resumes from the run folder's checkpoint.
+"""`amp-console slurm`: an sbatch script for a config (srun starts `amp-console train` on each node, meeting at the
+job's first node), and what `train` does inside a SLURM job: SIGUSR1 before the time limit checkpoints and stops the
+run, the job's first task runs `scontrol requeue`, and the requeued job resumes from the checkpoint. Torch-free.
 """
 
 from __future__ import annotations
@@ -22,6 +20,42 @@ WARNING_SIGNAL = "USR1"
 WARNING_SECONDS = 90
 
 
+# Each flag: (flag, type, default, metavar, help).
+SLURM_FLAGS = (
+    ("--nodes", int, 1, "N", "machines (default 1)"),
+    ("--gpus-per-node", int, 0, "G", "GPUs on each machine, one process each (default 0: CPU, see --nproc-per-node)"),
+    ("--nproc-per-node", int, None, "K", "processes on each machine (default: --gpus-per-node, else 1)"),
+    ("--time", str, "04:00:00", "HH:MM:SS", "the job's time limit (default 04:00:00)"),
+    ("--partition", str, None, "NAME", "the partition (queue) to run in"),
+    ("--account", str, None, "NAME", "the account to charge"),
+    ("--job-name", str, "amp-console", "NAME", "the job's name (default amp-console)"),
+    (
+        "--runs-dir",
+        str,
+        "runs",
+        "DIR",
+        "a folder every node sees (shared): the run goes in DIR/<job name>-<job id> (default runs)",
+    ),
+    (
+        "--cpus-per-task",
+        int,
+        None,
+        "C",
+        "CPU cores on each machine for its processes and their data loading (default: one per process)",
+    ),
+    (
+        "--port",
+        int,
+        None,
+        "PORT",
+        f"the rendezvous port on the job's first node (default {DEFAULT_PORT} + the job id mod 1000, so jobs "
+        "sharing a node differ; $AMP_CONSOLE_RDZV_PORT at submission overrides it)",
+    ),
+    ("--max-restarts", int, 0, "R", "restart a failed process up to R times within the job (torchrun), resuming"),
+    ("--script", str, None, "FILE.sbatch", "write the script here (default: stdout)"),
+)
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "slurm",
@@ -33,62 +67,10 @@ def register(sub) -> None:
         "resumes by itself. Arguments after -- go to `train` as they are.",
     )
     p.add_argument("--config", required=True, metavar="FILE.toml", help="the run's settings (see `train --config`)")
-    p.add_argument("--nodes", type=int, default=1, metavar="N", help="machines (default 1)")
-    p.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=0,
-        metavar="G",
-        help="GPUs on each machine, one process each (default 0: CPU, see --nproc-per-node)",
-    )
-    p.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        metavar="K",
-        help="processes on each machine (default: --gpus-per-node, else 1)",
-    )
-    p.add_argument("--time", default="04:00:00", metavar="HH:MM:SS", help="the job's time limit (default 04:00:00)")
-    p.add_argument("--partition", default=None, metavar="NAME", help="the partition (queue) to run in")
-    p.add_argument("--account", default=None, metavar="NAME", help="the account to charge")
-    p.add_argument("--job-name", default="amp-console", metavar="NAME", help="the job's name (default amp-console)")
-    p.add_argument(
-        "--runs-dir",
-        default="runs",
-        metavar="DIR",
-        help="a folder every node sees (shared): the run goes in DIR/<job name>-<job id> (default runs)",
-    )
-    p.add_argument(
-        "--cpus-per-task",
-        type=int,
-        default=None,
-        metavar="C",
-        help="CPU cores on each machine for its processes and their data loading (default: one per process)",
-    )
-    p.add_argument(
-        "--port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help=f"the rendezvous port on the job's first node (default {DEFAULT_PORT} + the job id mod 1000, so jobs "
-        "sharing a node differ; $AMP_CONSOLE_RDZV_PORT at submission overrides it)",
-    )
-    p.add_argument(
-        "--max-restarts",
-        type=int,
-        default=0,
-        metavar="R",
-        help="restart a failed process up to R times within the job (torchrun), resuming",
-    )
-    p.add_argument("--script", default=None, metavar="FILE.sbatch", help="write the script here (default: stdout)")
+    for flag, kind, default, metavar, help_text in SLURM_FLAGS:
+        p.add_argument(flag, type=kind, default=default, metavar=metavar, help=help_text)
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then more `train` flags")
     p.set_defaults(handler=cmd_slurm)
-
-
-def _amp_console() -> str:
-    """How the nodes run the console: the amp-console beside this Python, else this Python with -m core.cli."""
-    beside = Path(sys.executable).with_name("amp-console")
-    return str(beside) if beside.is_file() else f"{sys.executable} -m core.cli"
 
 
 def sbatch_script(args: argparse.Namespace) -> str:
@@ -102,6 +84,8 @@ def sbatch_script(args: argparse.Namespace) -> str:
         raise ConfigError("cpus_per_task", f"{cpus} cores for {per_node} processes: give at least {per_node}")
     port = args.port or f"$(({DEFAULT_PORT} + SLURM_JOB_ID % 1000))"
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.job_name) or "amp-console"
+    beside = Path(sys.executable).with_name("amp-console")  # how the nodes run the console, else python -m core.cli
+    amp_console = str(beside) if beside.is_file() else f"{sys.executable} -m core.cli"
     lines = [
         "#!/bin/bash",
         f"# {args.nodes} node(s) x {per_node} process(es): written by `amp-console slurm`",
@@ -110,11 +94,13 @@ def sbatch_script(args: argparse.Namespace) -> str:
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --cpus-per-task={cpus}",
     ]
-    if args.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={args.gpus_per_node}")
-    lines.append(f"#SBATCH --time={args.time}")
-    lines += [f"#SBATCH --partition={args.partition}"] if args.partition else []
-    lines += [f"#SBATCH --account={args.account}"] if args.account else []
+    given = {
+        "gpus-per-node": args.gpus_per_node,
+        "time": args.time,
+        "partition": args.partition,
+        "account": args.account,
+    }
+    lines += [f"#SBATCH --{name}={value}" for name, value in given.items() if value]
     lines += [
         "# SIGUSR1 90 s before the time limit: checkpoint, requeue; a requeued job appends to its log",
         f"#SBATCH --signal={WARNING_SIGNAL}@{WARNING_SECONDS}",
@@ -129,7 +115,7 @@ def sbatch_script(args: argparse.Namespace) -> str:
         f'run_dir={shlex.quote(args.runs_dir)}/{name}-"$SLURM_JOB_ID"  # the same folder after a requeue',
         "# every node runs this console: its environment, the config and the runs folder must be on storage every",
         "# node sees (or set AMP_CONSOLE when submitting)",
-        f'amp_console="${{AMP_CONSOLE:-{_amp_console()}}}"',
+        f'amp_console="${{AMP_CONSOLE:-{amp_console}}}"',
         "# one task per node; each starts torchrun for its processes (--node-rank: $SLURM_NODEID)",
     ]
     extra = [a for a in args.train_args if a != "--"]
@@ -168,8 +154,7 @@ def job_signals() -> tuple[int, ...]:
 
 
 def requeue_if_warned(signum: int | None, code: int) -> int:
-    """After a run the warning signal stopped (exit 128 + signum), the job's first task requeues the job; returns `code`
-    as it is."""
+    """After a run the warning signal stopped (exit 128 + signum), the job's first task requeues it; returns `code`."""
     job = os.environ.get("SLURM_JOB_ID", "")
     if (
         not job
@@ -183,17 +168,17 @@ def requeue_if_warned(signum: int | None, code: int) -> int:
     try:
         done = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
+        failed = str(exc)
+    else:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        failed = (said[0] if said else str(done.returncode)) if done.returncode else ""
+    if failed:
         sys.stderr.write(
-            f"amp-console: could not requeue SLURM job {job} (scontrol: {exc}); resubmit the "
-            f"script: the run resumes from its checkpoint\n"
+            f"amp-console: could not requeue SLURM job {job} (scontrol: {failed}); resubmit the script: the run "
+            "resumes from its checkpoint\n"
         )
-        return code
-    if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
+    else:
         sys.stderr.write(
-            f"amp-console: scontrol requeue {job} failed ({why[0] if why else done.returncode}); "
-            f"resubmit the script: the run resumes from its checkpoint\n"
+            f"amp-console: SLURM job {job} requeued: it resumes from its checkpoint when it starts again\n"
         )
-        return code
-    sys.stderr.write(f"amp-console: SLURM job {job} requeued: it resumes from its checkpoint when it starts again\n")
     return code

@@ -84,7 +84,11 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
     """Refuse process counts the device can't serve: one GPU per process on CUDA, one core per process on the CPU."""
     if nproc < 1:
         raise ConfigError("nproc", f"{nproc} is not a process count: use 1 or more")
-    gpus = cuda_gpus() if config.device.startswith("cuda") or config.device == "auto" else 0
+    gpus = 0
+    if config.device.startswith("cuda") or config.device == "auto":  # only then import torch to count them
+        from core.devices import list_devices
+
+        gpus = sum(1 for d in list_devices() if d.type == "cuda")
     wants_gpu = config.device.startswith("cuda") or (config.device == "auto" and gpus > 0)
     if wants_gpu and nproc > gpus:
         raise ConfigError(
@@ -98,18 +102,6 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
             f"{nproc} CPU processes need at least {nproc} cores, this process may use "
             f"{cores}; use --nproc {cores} or fewer",
         )
-
-
-def cuda_gpus() -> int:
-    """The CUDA GPUs here (imports torch, so asked only when the run may use one)."""
-    from core.devices import list_devices
-
-    return sum(1 for d in list_devices() if d.type == "cuda")
-
-
-def threads_per_rank(nproc: int, config: RunConfig) -> int:
-    """OMP_NUM_THREADS for each rank: --threads if given, else an even share of the usable cores."""
-    return config.threads or max(1, usable_cpu_cores() // nproc)
 
 
 class FolderStop:
@@ -147,7 +139,8 @@ def launch_torchrun(
     check_nproc(plan.nproc_per_node, config)
     train_argv = strip_node_flags(argv)
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(plan.nproc_per_node, config)))
+    threads = config.threads or max(1, usable_cpu_cores() // plan.nproc_per_node)  # else an even share of the cores
+    env.setdefault("OMP_NUM_THREADS", str(threads))
     env[AUTO_RESUME_ENV] = "1"  # a worker torchrun restarts resumes from the run folder's checkpoint
     env.update(network_env(plan))
     if plan.multi_node:
@@ -223,8 +216,5 @@ def _read_and_remove(path: Path) -> str:
 
 def last_run_status(events: Path, offset: int) -> str | None:
     """Status of the RunEnded event rank 0 appended to metrics.jsonl after `offset`, if any."""
-    status = None
-    for record in read_jsonl(events, offset):
-        if record.get("event") == "RunEnded":
-            status = record.get("status")
-    return status
+    ended = [record.get("status") for record in read_jsonl(events, offset) if record.get("event") == "RunEnded"]
+    return ended[-1] if ended else None

@@ -25,15 +25,7 @@ from core.cli.common import (
     stop_at_end_of_input,
 )
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
-from core.config import (
-    FIELD_SPECS,
-    RunConfig,
-    delimiter_value,
-    parse_columns,
-    read_config_file,
-    tomllib,
-    train_command,
-)
+from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, read_config_file, tomllib, train_command
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics
 from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
@@ -43,12 +35,8 @@ from core.text import elapsed, number
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from core.engine.prepare import PreparedRun
 
-_TYPES = {
-    f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")
-}  # lr, checkpoint_minutes...
+_FLOATS = {f.name for f in dataclasses.fields(RunConfig) if f.type in (float, "float")}  # lr, checkpoint_minutes...
 _SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}  # --tensorboard / --no-...
-
-
 FLAG_ALIASES = {"out_dir": "--out", "time_limit_minutes": "--time-limit"}  # shorter flags besides --out-dir...
 
 
@@ -58,23 +46,26 @@ def add_field_flag(parser, name: str) -> None:
     flags = [*([FLAG_ALIASES[name]] if name in FLAG_ALIASES else []), "--" + name.replace("_", "-")]
     help_text = spec.help.replace("%", "%%")
     if name in _SWITCHES:
-        parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=help_text)
         return
-    kind = _TYPES.get(name, int if spec.minimum is not None else str)
+    kind = float if name in _FLOATS else int if spec.minimum is not None else str
     metavar = "PATH" if name in ("val_data", "test_data", "query_file") else None
-    parser.add_argument(
-        *flags, dest=name, type=kind, default=None, choices=spec.choices, metavar=metavar, help=help_text
-    )
+    parser.add_argument(*flags, dest=name, type=kind, choices=spec.choices, metavar=metavar, help=help_text)
+
+
+def add_setting_flags(parser) -> None:
+    """A flag per RunConfig field (the data flags after --data) and -o: the settings `train` and `queue add` take."""
+    for name in FIELD_SPECS:
+        if name not in DATA_FLAG_FIELDS:
+            add_field_flag(parser, name)
+        if name == "data":
+            add_data_flags(parser)
+    add_option_flag(parser)
 
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a task headless (progress on stderr, summary on stdout)")
-    for name in FIELD_SPECS:
-        if name not in DATA_FLAG_FIELDS:
-            add_field_flag(p, name)
-        if name == "data":
-            add_data_flags(p)
-    add_option_flag(p)
+    add_setting_flags(p)
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
     add_runs_dir_flag(p, "the runs root: without --out the run goes in a new folder under it")
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
@@ -89,7 +80,6 @@ def register(sub) -> None:
     p.add_argument(
         "--end-with-parent",
         type=int,
-        default=None,
         metavar="PID",
         help="stop with a checkpoint when process PID (the program that started this run) ends, however it ends "
         "(as when stdin closes)",
@@ -117,14 +107,11 @@ DATA_FLAG_FIELDS = ("val_data", "test_data", "delimiter", "columns", "data_forma
 
 
 def add_data_flags(parser) -> None:
-    """--val-data, --test-data, --delimiter, --column KEY=NAME (repeatable), --data-format and --query-file: the
-    data settings besides --data, for every command that reads a run's data; data_flag_values reads them back."""
+    """The data settings besides --data, for every command that reads a run's data (data_flag_values reads them)."""
     for name in ("val_data", "test_data", "data_format", "query_file"):
         add_field_flag(parser, name)
     parser.add_argument(
         "--delimiter",
-        dest="delimiter",
-        default=None,
         type=delimiter_value,
         metavar="TEXT",
         help=FIELD_SPECS["delimiter"].help + " ('\\t' or tab: a tab)",
@@ -220,12 +207,8 @@ def check_paths(config: RunConfig) -> None:
         path = getattr(config, name)
         if path:
             check_utf8_path(path, name)
-            check_regular_file(
-                path,
-                name,
-                "data file" if name != "query_file" else "query sizes file",
-                allow_folder=name != "query_file",
-            )
+            what = "data file" if name != "query_file" else "query sizes file"
+            check_regular_file(path, name, what, allow_folder=name != "query_file")
 
 
 BAR_SECONDS = 0.1  # the live line takes a step's figures at most this often
@@ -256,9 +239,8 @@ class ProgressReporter:
             return
         if isinstance(event, RunStarted):
             self.total, self.start_step = event.total_steps, event.start_step
-        elif isinstance(event, EvalMetrics):
-            if event.split == "val":
-                self.metrics = event.metrics
+        elif isinstance(event, EvalMetrics) and event.split == "val":
+            self.metrics = event.metrics
         elif isinstance(event, RunResumed):
             self.paused_seconds += event.paused_seconds
         elif isinstance(event, RunEnded) and self._last_step is not None:
@@ -311,15 +293,6 @@ def references(name: str, baseline: dict, ceiling: dict, on: str) -> str:
     return f"   ({on}{', '.join(refs)})" if refs else ""
 
 
-def best_and_last_text(ended: RunEnded) -> str:
-    """'ndcg@10 0.4012 (last 0.4120), mrr ...': the best checkpoint's test metrics beside the last weights'."""
-    last = ended.test_metrics
-    return ", ".join(
-        f"{name} {value:.4f}" + (f" (last {last[name]:.4f})" if name in last else "")
-        for name, value in ended.best_test_metrics.items()
-    )
-
-
 def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     where = f" on {started.device} ({started.device_name}), {started.precision}" if started else ""
     print(f"run {ended.status}{where}: {ended.message}", file=stream)
@@ -332,7 +305,12 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
         for name, value in metrics.items():
             print(f"  {split:<4} {name:<20} {value:.4f}{references(name, baseline, ceiling, on)}", file=stream)
     if ended.best_test_metrics and ended.best_step != ended.step:  # the test lines above are the last weights'
-        print(f"  test of the best checkpoint (step {ended.best_step:,}): {best_and_last_text(ended)}", file=stream)
+        last = ended.test_metrics
+        best = ", ".join(
+            f"{name} {value:.4f}" + (f" (last {last[name]:.4f})" if name in last else "")
+            for name, value in ended.best_test_metrics.items()
+        )
+        print(f"  test of the best checkpoint (step {ended.best_step:,}): {best}", file=stream)
     if ended.checkpoint_advice:
         print(f"  {ended.checkpoint_advice}", file=stream)
     if ended.samples_per_second:
@@ -374,8 +352,6 @@ def report_end(ended: RunEnded, started: RunStarted | None, args: argparse.Names
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Exit codes: 0 completed, 1 failed, 2 bad input, 128 + signal number when a signal stopped the run
-    (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a control request did."""
     from core.cli.slurm import job_signals, requeue_if_warned
 
     distributed = bool(os.environ.get("WORLD_SIZE"))
@@ -448,9 +424,8 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     from core.cli import elastic
     from core.engine.control import RunControl
 
-    notes: list[str] = []
     elastic.tee_stderr()  # a torchrun worker's stderr also goes to <run>/ranks/rank-<R>.log
-    restart = None
+    restart = plan = None
     launcher = wants_launcher(args) and not os.environ.get("WORLD_SIZE")
     if args.config_stdin:
         if wants_launcher(args) or os.environ.get("WORLD_SIZE"):
@@ -470,16 +445,17 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         from core.tasks import catalog_classes
 
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
+        plan = node_plan(args) if launcher else None  # a resume's notes count the launched processes
         # the launcher leaves torch to its workers
-        shape = node_plan(args) if launcher else None  # a resume's notes count the launched processes
         with catalog_classes() if launcher and not args.resume else contextlib.nullcontext():
-            prepared = prepared_run(args, shape.nnodes * shape.nproc_per_node if shape else None)
+            prepared = prepared_run(args, plan.world_size if plan else None)
     config, notes = prepared.config, prepared.notes
-    if launcher:
+    if restart:
+        notes = [*notes, elastic.restart_note(restart, args.resume)]
+    if plan is not None:
         from core.cli.torchrun import launch_torchrun
 
-        plan = node_plan(args)
-        for note in notes + ([elastic.restart_note(restart, args.resume)] if restart else []):
+        for note in notes:
             sys.stderr.write(f"amp-console: {note}\n")
         return launch_torchrun(
             plan,
@@ -524,7 +500,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         resume_state=prepared.state,
         dist_ctx=dist_ctx,
         restart=restart,
-        notes=[*notes, *([elastic.restart_note(restart, args.resume)] if restart else [])],
+        notes=notes,
     )
     try:
         ended = trainer.run()

@@ -1,6 +1,5 @@
-"""`amp-console fit-batch`: the largest batch that fits on the device per precision mode (core.lab.batch_finder).
-Progress goes to stderr; stdout gets a table of trials per mode, each mode's answer, the comparison with fp32 and the
-`train` command for the fastest mode (--json: one JSON object). Exit 1 when no mode found a batch.
+"""`amp-console fit-batch`: the largest batch that fits on the device per precision mode (core.lab.batch_finder), and
+the `train` command for the fastest mode. Progress on stderr; exit 1 when no mode found a batch.
 """
 
 from __future__ import annotations
@@ -24,17 +23,10 @@ from core.cli.lab import (
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
 
-_FLAGS = {
-    "margin": "--margin",
-    "steps": "--steps",
-    "tolerance": "--tolerance",
-    "start": "--start",
-    "max_batch": "--max-batch",
-}
+_CHECKED = ("margin", "steps", "tolerance", "start", "max_batch")  # the settings check_settings names
 
 
 def register(sub) -> None:
-    """Add the `fit-batch` subcommand to the amp-console parser."""
     p = sub.add_parser(
         "fit-batch",
         help="find the largest batch that fits on the device, per precision mode",
@@ -55,14 +47,9 @@ def register(sub) -> None:
         help=f"headroom kept below the device's limit, a fraction (default {DEFAULT_MARGIN:g}: a batch "
         f"fits when its peak is at most 90%% of the limit)",
     )
+    p.add_argument("--start", type=int, help="first batch tried (default: --batch-size, else the task's batch size)")
     p.add_argument(
-        "--start", type=int, default=None, help="first batch tried (default: --batch-size, else the task's batch size)"
-    )
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        help=f"largest batch tried (default: the training rows, at most {MAX_BATCH_CAP:,})",
+        "--max-batch", type=int, help=f"largest batch tried (default: the training rows, at most {MAX_BATCH_CAP:,})"
     )
     p.add_argument(
         "--steps",
@@ -76,41 +63,28 @@ def register(sub) -> None:
         "--precision-of-search",
         type=float,
         default=DEFAULT_TOLERANCE,
-        dest="tolerance",
         help=f"stop bisecting when the answer is within this fraction of the largest batch, or 1 sample "
         f"(default {DEFAULT_TOLERANCE:g}; 0 = exact)",
     )
     p.add_argument(
         "--eval-rows",
         type=int,
-        default=None,
         metavar="N",
         help="rows of the validation split each trial evaluates (default: all of them, as training does)",
     )
     p.add_argument(
         "--limit",
-        default=None,
         metavar="SIZE",
         help="use this memory limit instead of the device's, e.g. 8GiB (plan for a smaller device)",
     )
     p.set_defaults(handler=cmd_fit_batch)
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 2**10,
-    "kb": 10**3,
-    "kib": 2**10,
-    "m": 2**20,
-    "mb": 10**6,
-    "mib": 2**20,
-    "g": 2**30,
-    "gb": 10**9,
-    "gib": 2**30,
-    "t": 2**40,
-    "tb": 10**12,
-    "tib": 2**40,
+# k, m, g, t (and kib...): powers of 1024; kb, mb...: powers of 1000
+_UNITS = {"": 1, "b": 1} | {
+    prefix + suffix: 10 ** (3 * power) if suffix == "b" else 2 ** (10 * power)
+    for power, prefix in enumerate("kmgt", start=1)
+    for suffix in ("", "b", "ib")
 }
 
 
@@ -131,7 +105,7 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
     try:
         check_settings(args.margin, args.steps, args.tolerance, args.start, args.max_batch)
     except ConfigError as exc:
-        raise flag_error(exc, _FLAGS[exc.field]) from None
+        raise flag_error(exc) from None
     if args.eval_rows is not None and args.eval_rows < 0:
         raise ConfigError("--eval-rows", f"{args.eval_rows} must be 0 (no evaluation) or more")
     limit = parse_size(args.limit) if args.limit else None
@@ -159,9 +133,9 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
             progress=ProgressLines(numbered("fit-batch")),
         )
     except ConfigError as exc:  # e.g. a start batch above the training rows, found when the data is loaded
-        if exc.field not in _FLAGS:
+        if exc.field not in _CHECKED:
             raise
-        raise flag_error(exc, _FLAGS[exc.field]) from None
+        raise flag_error(exc) from None
     best = result.best()
     device = args.device if args.device != "auto" else None
     from core.tasks import task_source

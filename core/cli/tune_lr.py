@@ -1,6 +1,5 @@
-"""`amp-console lr-find`: the LR range test (core.lab.lr_finder), headless. Progress goes to stderr; stdout gets rows of
-the curve around the suggestion, its reason and the `train` command that uses it (--json: one JSON object; --csv
-FILE: the curve).
+"""`amp-console lr-find`: the LR range test (core.lab.lr_finder), headless: rows of the curve around the suggestion,
+its reason and the `train` command that uses it (--csv FILE: the whole curve). Progress on stderr.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ ROWS_AROUND = 3  # table rows on each side of the suggestion
 
 
 def register(sub) -> None:
-    """Add the `lr-find` subcommand to the amp-console parser."""
     p = sub.add_parser(
         "lr-find",
         help="LR range test: suggest a learning rate for a task",
@@ -40,61 +38,34 @@ def register(sub) -> None:
     )
     _common(p)
     p.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
-    p.add_argument(
-        "--optimizer",
-        default=None,
-        choices=("sgd", "adam", "adamw"),
-        help="optimizer to test with (default: the task's)",
-    )
-    p.add_argument(
-        "--start-lr", type=float, default=DEFAULT_START_LR, help=f"first learning rate (default {DEFAULT_START_LR:g})"
-    )
-    p.add_argument(
-        "--end-lr", type=float, default=DEFAULT_END_LR, help=f"last learning rate (default {DEFAULT_END_LR:g})"
-    )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_STEPS,
-        help=f"optimizer steps over the range, spaced evenly in log(lr) (default {DEFAULT_STEPS})",
-    )
-    p.add_argument(
-        "--diverge-factor",
-        type=float,
-        default=DEFAULT_DIVERGE_FACTOR,
-        help=f"stop when the smoothed loss exceeds this many times its best (default {DEFAULT_DIVERGE_FACTOR:g})",
-    )
-    p.add_argument(
-        "--smoothing",
-        type=float,
-        default=DEFAULT_SMOOTHING,
-        help=f"EMA weight of the newest loss, 1 - beta (default {DEFAULT_SMOOTHING:g}; fastai's beta 0.98 is 0.02)",
-    )
+    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), help="optimizer to test with (default: the task's)")
+    for flag, kind, default, help_text in (
+        ("--start-lr", float, DEFAULT_START_LR, "first learning rate"),
+        ("--end-lr", float, DEFAULT_END_LR, "last learning rate"),
+        ("--steps", int, DEFAULT_STEPS, "optimizer steps over the range, spaced evenly in log(lr)"),
+        (
+            "--diverge-factor",
+            float,
+            DEFAULT_DIVERGE_FACTOR,
+            "stop when the smoothed loss exceeds this many times its best",
+        ),
+        ("--smoothing", float, DEFAULT_SMOOTHING, "EMA weight of the newest loss, 1 - beta"),
+    ):
+        more = "; fastai's beta 0.98 is 0.02" if flag == "--smoothing" else ""
+        p.add_argument(flag, type=kind, default=default, help=f"{help_text} (default {default:g}{more})")
     p.add_argument(
         "--method", default="valley", choices=METHODS, help="how to pick the suggestion from the curve (default valley)"
     )
-    p.add_argument("--csv", metavar="FILE", default=None, help="also write the curve (lr, loss, smoothed) to FILE")
+    p.add_argument("--csv", metavar="FILE", help="also write the curve (lr, loss, smoothed) to FILE")
     p.set_defaults(handler=cmd_lr_find)
-
-
-_FLAGS = {
-    "start_lr": "--start-lr",
-    "end_lr": "--end-lr",
-    "steps": "--steps",
-    "diverge_factor": "--diverge-factor",
-    "smoothing": "--smoothing",
-    "method": "--method",
-}
 
 
 def cmd_lr_find(args: argparse.Namespace) -> int:
     try:
         check_settings(args.start_lr, args.end_lr, args.steps, args.diverge_factor, args.smoothing, args.method)
     except ConfigError as exc:
-        raise flag_error(exc, _FLAGS[exc.field]) from None
+        raise flag_error(exc) from None
     config = config_from_lab_args(args, precision=args.precision)
-    if args.optimizer:
-        config = config.replace(optimizer=args.optimizer)
     if args.csv:
         _check_csv_path(args.csv)  # before the test, not after it
     from core.devices import device_info, list_devices

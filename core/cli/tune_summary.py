@@ -20,7 +20,6 @@ OPTIMIZER_STATE_TEXT = {
 
 
 def register(sub) -> None:
-    """Add the `summary` subcommand to the amp-console parser."""
     summary = sub.add_parser(
         "summary",
         help="per-layer parameters and training memory, activations per precision mode",
@@ -38,10 +37,7 @@ def register(sub) -> None:
         help="layers shown down to this depth (default 2; 0 = the model only); a row includes the children left out",
     )
     summary.add_argument(
-        "--optimizer",
-        default=None,
-        choices=("sgd", "adam", "adamw"),
-        help="optimizer whose state is counted (default: the task's)",
+        "--optimizer", choices=("sgd", "adam", "adamw"), help="optimizer whose state is counted (default: the task's)"
     )
     summary.set_defaults(handler=cmd_summary)
 
@@ -52,8 +48,6 @@ def cmd_summary(args: argparse.Namespace) -> int:
     if args.depth < 0:
         raise ConfigError("--depth", f"{args.depth} must be 0 or more")
     config = config_from_lab_args(args, precision="fp32")
-    if args.optimizer:
-        config = config.replace(optimizer=args.optimizer).validate()
     result = summarize(config, parse_modes(args.precisions), batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -79,11 +73,8 @@ def print_summary(result, depth: int = 2) -> None:
     for m in result.modes:
         if m.status != "ok" or m.mode == "fp32" or m.activation_ratio is None:
             continue
-        console.print(
-            f"{m.mode} activations {m.activation_ratio:.2f}× fp32, step total {m.total_ratio:.2f}× fp32"
-            if m.total_ratio is not None
-            else f"{m.mode} activations {m.activation_ratio:.2f}× fp32"
-        )
+        total = f", step total {m.total_ratio:.2f}× fp32" if m.total_ratio is not None else ""
+        console.print(f"{m.mode} activations {m.activation_ratio:.2f}× fp32{total}")
     for m in result.modes:
         if m.status != "ok":
             console.print(f"{m.mode} {m.status}: {m.reason}")
@@ -119,10 +110,8 @@ def layer_table(result, depth: int):
     table.add_column("type", no_wrap=True, max_width=11, overflow="ellipsis")
     for column in ("params", "train", "weights", "grads", "optim"):
         table.add_column(column, justify="left" if column == "train" else "right", no_wrap=True)
-    if first:
-        table.add_column(f"act {first}", justify="right", no_wrap=True)
-    for mode in modes[1:]:
-        table.add_column(f"{mode}", justify="right", no_wrap=True)
+    for column in ([f"act {first}"] if first else []) + modes[1:]:  # the first mode's bytes, then the ratios
+        table.add_column(column, justify="right", no_wrap=True)
     for row in result.rows_to_depth(depth):
         name = " " * row.depth + row.name
         if row.depth == depth and row.descendants:

@@ -1,14 +1,12 @@
-"""`amp-console sweep`: a small grid or random hyperparameter sweep (core.lab.sweep), headless.
-
-Each trial is a normal run in the sweep's folder, one at a time in this process or N at a time in their own processes
-(--devices / --parallel). Progress goes to stderr; stdout gets the results sorted by the monitored metric and the
-best trial (--json: one JSON object). Exit 0 when every trial completed, 1 when some failed, 128 + n when a signal
-stopped it (`sweep --resume FOLDER` goes on).
+"""`amp-console sweep`: a small grid or random hyperparameter sweep (core.lab.sweep), headless; each trial a normal run
+in the sweep's folder, in this process or N at a time in their own. Exit 0 when every trial completed, 1 when some
+failed, 128 + n when a signal stopped it (`sweep --resume FOLDER` goes on).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -16,13 +14,12 @@ from pathlib import Path
 
 from core.cli import format as fmt
 from core.cli.common import (
-    StopBeforeStart,
     StopSignals,
     add_option_flag,
     add_runs_dir_flag,
+    did_you_mean,
     naming_task_file,
     safe_standard_streams,
-    signal_name,
 )
 from core.config import FIELD_SPECS, RunConfig
 from core.errors import ConfigError
@@ -31,7 +28,8 @@ SHORTCUTS = ("device", "precision", "max_steps", "epochs", "threads")  # base se
 
 
 def register(sub) -> None:
-    """Add the `sweep` subcommand to the amp-console parser."""
+    from core.cli.train import add_field_flag
+
     p = sub.add_parser(
         "sweep",
         help="run a small grid or random hyperparameter sweep; each trial is a run in the history",
@@ -54,13 +52,9 @@ def register(sub) -> None:
     )
     base = p.add_argument_group("base settings (every trial starts from these)")
     base.add_argument("--config", metavar="FILE.toml", help="settings from a TOML file, as `train --config`")
-    base.add_argument("--task", default=None, help="task to train (default: the config file's, else tiny)")
+    base.add_argument("--task", help="task to train (default: the config file's, else tiny)")
     for name in SHORTCUTS:
-        spec = FIELD_SPECS[name]
-        kind = {"device": str, "precision": str}.get(name, int)
-        base.add_argument(
-            "--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=spec.choices, help=spec.help
-        )
+        add_field_flag(base, name)
     base.add_argument(
         "--set",
         action="append",
@@ -80,11 +74,7 @@ def register(sub) -> None:
         help="try each value (repeatable: every combination runs)",
     )
     what.add_argument(
-        "--random",
-        type=int,
-        default=None,
-        metavar="N",
-        help="instead of a grid: N trials drawn at random from the --range axes",
+        "--random", type=int, metavar="N", help="instead of a grid: N trials drawn at random from the --range axes"
     )
     what.add_argument(
         "--range",
@@ -113,7 +103,6 @@ def register(sub) -> None:
     run.add_argument(
         "--devices",
         metavar="DEV1,DEV2,...",
-        default=None,
         help="run trials N at a time, one per listed device (cuda:0,cuda:1; cpu,cpu for two CPU "
         "trials at once), each in its own training process; a device takes the next trial as "
         "soon as its trial ends. CPU threads are shared out: each trial gets at most cores / N "
@@ -122,7 +111,6 @@ def register(sub) -> None:
     run.add_argument(
         "--parallel",
         type=int,
-        default=None,
         metavar="N",
         help="N trials at a time, each in its own process: on the --devices dealt round-robin, else "
         "all on the settings' device",
@@ -137,7 +125,6 @@ def register(sub) -> None:
     add_runs_dir_flag(run, "the runs root the sweep folder goes under")
     run.add_argument(
         "--sort",
-        default=None,
         metavar="COLUMN",
         help="sort the table by best (default, in the metric's direction), samples_per_second, "
         "peak_memory_bytes, wall_seconds, steps, index, status or a swept KEY",
@@ -153,7 +140,6 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_sweep)
 
 
-# ------------------------------------------------------------------------------------------ settings
 def base_config(args: argparse.Namespace) -> RunConfig:
     """Task defaults < --config file < --set and the shortcut flags < -o options, validated."""
     from core.cli.train import parse_option
@@ -163,12 +149,9 @@ def base_config(args: argparse.Namespace) -> RunConfig:
     for text in args.settings:
         key, value = parse_option(text)
         if key not in FIELD_SPECS or key == "task_options":
-            import difflib
-
-            close = difflib.get_close_matches(key, list(FIELD_SPECS), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, FIELD_SPECS)
             raise ConfigError("--set", f"{key!r} is not a setting{hint}; task options go with -o NAME=VALUE")
-        if _is_text_setting(key):
+        if {f.name: f.type for f in dataclasses.fields(RunConfig)}[key] in (str, "str"):
             value = text.split("=", 1)[1].strip()  # text settings (device, monitor, data) stay as typed
         user[key] = value
     user.update({name: getattr(args, name) for name in SHORTCUTS if getattr(args, name) is not None})
@@ -185,13 +168,6 @@ def base_config(args: argparse.Namespace) -> RunConfig:
         if exc.field in FIELD_SPECS and exc.field not in SHORTCUTS and exc.field in user and exc.field != "task":
             raise ConfigError("--set", f"{exc.field}: {str(exc).split(': ', 1)[1]}") from None
         raise
-
-
-def _is_text_setting(key: str) -> bool:
-    import dataclasses
-
-    kind = {f.name: f.type for f in dataclasses.fields(RunConfig)}[key]
-    return kind in (str, "str")
 
 
 def _plan(args: argparse.Namespace):
@@ -232,10 +208,8 @@ def _check_resume_args(args: argparse.Namespace, flag: str) -> None:
         raise ConfigError(flag, f"{flag} takes the sweep as it was planned; leave out {', '.join(given)}")
 
 
-# ------------------------------------------------------------------------------------------ progress
 class SweepLines:
-    """The sweep's progress on stderr: a line as each trial starts and ends, the trainer's progress in between. Parallel
-    trials get plain lines prefixed with the trial's number."""
+    """The sweep's progress on stderr: a line per trial start and end, its progress between (parallel: prefixed)."""
 
     def __init__(self, every: float = 30.0, stream=None):
         self.every = every
@@ -266,15 +240,13 @@ class SweepLines:
                 how = f"resuming from {event.resume_from}" if event.resume_from else "starting"
                 on = f" on {event.device}" if self.parallel and event.device else ""
                 self._write(f"sweep [{event.index}/{event.total}] {event.name}: {how}{on}")
-                if self.parallel:
-                    self.reporters[event.index] = ProgressReporter(
-                        enabled=True,
-                        live=False,
-                        every=self.every,
-                        stream=_Prefixed(lambda: self.stream or sys.stderr, f"  [{event.index}] "),
-                    )
-                else:
-                    self.reporters[event.index] = ProgressReporter(enabled=True, every=self.every, stream=self.stream)
+                prefixed = _Prefixed(lambda: self.stream or sys.stderr, f"  [{event.index}] ")
+                self.reporters[event.index] = ProgressReporter(
+                    enabled=True,
+                    live=False if self.parallel else None,
+                    every=self.every,
+                    stream=prefixed if self.parallel else self.stream,
+                )
             case TrialEvent():
                 reporter = self.reporters.get(event.index)
                 if reporter is not None:
@@ -308,14 +280,14 @@ class _Prefixed:
         self._stream().flush()
 
 
-# ------------------------------------------------------------------------------------------ command
 def device_slots(args: argparse.Namespace, base_device: str, last: list | None = None) -> list[str] | None:
     """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last ran on;
     None: one trial at a time, in-process. A listed accelerator that is not here is refused."""
     from core.lab.sweep.parallel import device_slots as deal
     from core.lab.sweep.parallel import parse_devices
 
-    if args.devices is None and args.parallel is None:
+    given = args.devices is not None or args.parallel is not None
+    if not given:
         if not last:
             return None
         slots = [str(d) for d in last]
@@ -335,15 +307,10 @@ def device_slots(args: argparse.Namespace, base_device: str, last: list | None =
         here = [d.id for d in list_devices()]
         missing = [d for d in wanted if d not in here]
         if missing:
+            last_ran = "" if given else "; the sweep last ran on them: give --devices to choose others"
+            are = "is" if len(missing) == 1 else "are"
             raise ConfigError(
-                "--devices",
-                f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
-                f"available here (available: {', '.join(here)})"
-                + (
-                    ""
-                    if args.devices is not None or args.parallel is not None
-                    else "; the sweep last ran on them: give --devices to choose others"
-                ),
+                "--devices", f"{', '.join(missing)} {are} not available here (available: {', '.join(here)}){last_ran}"
             )
     return slots
 
@@ -393,21 +360,15 @@ def _run(folder: Path, args: argparse.Namespace, slots: list[str] | None = None)
     with safe_standard_streams(), StopSignals() as signals:
         control = RunControl()
         signals.started(control)  # from now on a signal stops the running trial with a checkpoint
-        try:
-            result = run_sweep(
-                folder,
-                progress=SweepLines(args.progress_every),
-                control=control,
-                retry_failed=args.retry_failed,
-                devices=slots,
-            )
-        except StopBeforeStart as exc:  # pragma: no cover - started() above makes this unreachable
-            sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: stopped\n")
-            return signals.exit_code
+        result = run_sweep(
+            folder,
+            progress=SweepLines(args.progress_every),
+            control=control,
+            retry_failed=args.retry_failed,
+            devices=slots,
+        )
         code = _print_results(folder, args, status=result.status)
-        if result.status == "stopped":
-            return signals.exit_code
-        return code
+        return signals.exit_code if result.status == "stopped" else code
 
 
 def _print_plan(config: RunConfig, trials, args: argparse.Namespace) -> int:
@@ -416,9 +377,8 @@ def _print_plan(config: RunConfig, trials, args: argparse.Namespace) -> int:
         print(json.dumps({"task": config.task, "trials": rows}, default=str))
         return 0
     table = fmt.table(f"{len(trials)} trials of {config.task} (dry run: nothing runs)")
-    table.add_column("#", justify="right", no_wrap=True)
     keys = list(trials[0].params) if trials else []
-    for key in keys:
+    for key in ("#", *keys):
         table.add_column(key, justify="right", no_wrap=True)
     for t in trials:
         table.add_row(str(t.index), *(_value_text(t.params.get(k)) for k in keys))
@@ -495,19 +455,15 @@ def print_table(data: dict, rows: list[dict], sort: str | None = None) -> None:
     title = f"sweep {data.get('name')}: {data.get('task')}, {len(rows)} trials, {order}"
     table = fmt.table(title, show_edge=False, padding=(0, 1, 0, 0))
     keys = list(dict.fromkeys(k for r in rows for k in r["params"]))
-    table.add_column("#", justify="right", no_wrap=True)
-    for key in keys:
+    for key in ("#", *keys):
         table.add_column(key.removeprefix("option."), justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     # Which device each trial ran on, when that varied (a parallel sweep): an out-of-memory on one GPU shows.
     by_device = bool(data.get("devices")) or len({r.get("device") for r in rows if r.get("device")}) > 1
     if by_device:
         table.add_column("device", no_wrap=True)
-    table.add_column(metric, justify="right", no_wrap=True)
-    table.add_column("at step", justify="right", no_wrap=True)
-    table.add_column("samples/s", justify="right", no_wrap=True)
-    table.add_column("peak mem", justify="right", no_wrap=True)
-    table.add_column("wall", justify="right", no_wrap=True)
+    for column in (metric, "at step", "samples/s", "peak mem", "wall"):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in rows:
         table.add_row(
             str(r["index"]),
