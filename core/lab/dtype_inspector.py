@@ -1,5 +1,4 @@
 """Dtype inspector: one forward + backward pass under a precision mode, recording what ran in which dtype.
-
 Module hooks record each module's input, output, parameter and gradient dtypes; a TorchDispatchMode records every
 aten op after autocast chose its dtype, so it sees what really ran and how many casts autocast inserted. Ops outside
 any module (usually the loss) are reported as `task.loss`. Why an op ran in float32 comes from AUTOCAST_OP_LISTS,
@@ -86,30 +85,32 @@ AUTOCAST_OP_LISTS: dict[str, dict[str, set[str]]] = {
 # Ops with no lower-precision path: they run in their parameter's (Embedding) or input's (Dropout) dtype.
 _NO_LOWER_PATH = {"embedding", "embedding_bag", "dropout"}
 _NO_LOWER_PATH_MODULES = {"Embedding", "EmbeddingBag", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
-# aten op (as the recorder sees it) -> its name in the op reference.
-_REFERENCE_NAME = {
-    "native_layer_norm": "layer_norm",
-    "_softmax": "softmax",
-    "_safe_softmax": "softmax",
-    "_log_softmax": "log_softmax",
-    "nll_loss_forward": "nll_loss",
-    "nll_loss2d_forward": "nll_loss2d",
-    "native_dropout": "dropout",
-    "bernoulli_": "dropout",
-    "bernoulli": "dropout",
-    "_embedding_bag": "embedding_bag",
-    "_embedding_bag_forward_only": "embedding_bag",
-    "native_group_norm": "group_norm",
-    "_fused_rms_norm": "rms_norm",
-    "_to_copy": "to",
-    "_scaled_dot_product_flash_attention": "scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "scaled_dot_product_attention",
-    "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention",
-    "_scaled_dot_product_cudnn_attention": "scaled_dot_product_attention",
+# An op's name in the op reference -> the aten ops the recorder sees for it.
+_ATEN_OPS = {
+    "layer_norm": "native_layer_norm",
+    "softmax": "_softmax _safe_softmax",
+    "log_softmax": "_log_softmax",
+    "nll_loss": "nll_loss_forward",
+    "nll_loss2d": "nll_loss2d_forward",
+    "dropout": "native_dropout bernoulli_ bernoulli",
+    "embedding_bag": "_embedding_bag _embedding_bag_forward_only",
+    "group_norm": "native_group_norm",
+    "rms_norm": "_fused_rms_norm",
+    "to": "_to_copy",
+    "scaled_dot_product_attention": "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu "
+    "_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention",
 }
+_REFERENCE_NAME = {op: name for name, ops in _ATEN_OPS.items() for op in ops.split()}  # aten op -> reference name
 _FACTORY_OPS = _ops(
     "zeros ones full full_like scalar_tensor arange empty rand randn randint new_full new_ones eye linspace"
 )
+# The short reason of an op that ran in float32 under each autocast rule but 'none' (see why_float32).
+_RULE_WHY = {
+    "fp32": "fp32 list",
+    "promote": "promote",
+    "no lower-precision path": "no lower-precision path",
+    "lower": "inside a float32 op",
+}
 # Short reasons (ModuleDtypes.why values) and what each means.
 WHY_TEXT = {
     "fp32 list": "on autocast's float32 list for this device: autocast runs it in float32 whatever its inputs",
@@ -128,15 +129,10 @@ WHY_TEXT = {
 }
 
 
-def reference_name(op: str) -> str:
-    """The op reference's name of an aten op the recorder saw: 'native_layer_norm' -> 'layer_norm'."""
-    return _REFERENCE_NAME.get(op, op)
-
-
 def autocast_rule(op: str, device_type: str) -> str:
     """Which autocast rule covers `op` on `device_type`: 'lower', 'fp32', 'promote', 'no lower-precision path'
     or 'none' (runs in its input's dtype)."""
-    name = reference_name(op)
+    name = _REFERENCE_NAME.get(op, op)  # 'native_layer_norm' -> 'layer_norm'
     lists = AUTOCAST_OP_LISTS.get(device_type, _CUDA_LISTS)
     for rule in ("lower", "fp32", "promote"):
         if name in lists[rule]:
@@ -147,14 +143,8 @@ def autocast_rule(op: str, device_type: str) -> str:
 def why_float32(op: str, device_type: str, input_dtypes: list[str], input_was_cast: bool = False) -> str:
     """The short reason (a WHY_TEXT key) an op ran in float32 while autocast computes in a lower precision."""
     rule = autocast_rule(op, device_type)
-    if rule == "fp32":
-        return "fp32 list"
-    if rule == "promote":
-        return "promote"
-    if rule == "no lower-precision path":
-        return rule
-    if rule == "lower":
-        return "inside a float32 op"
+    if rule != "none":
+        return _RULE_WHY[rule]
     floats = set(input_dtypes)
     if input_was_cast and floats == {"float32"}:
         return "cast to float32"
@@ -248,16 +238,15 @@ class _OpRecorder(TorchDispatchMode):
             dtypes = _tensor_dtypes(out)
             if dtypes:
                 row.ops[name] = dtypes[0]
-                if self.low_precision and dtypes[0] == "float32":
-                    if name not in row.fp32_ops:
-                        row.fp32_ops.append(name)
-                        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-                        inputs = [_dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
-                        cast = any((ref := self.cast_up.get(id(t))) is not None and ref() is t for t in tensors)
-                        no_path = row.type in _NO_LOWER_PATH_MODULES  # e.g. Dropout's mask multiply
-                        row.why[name] = (
-                            "no lower-precision path" if no_path else why_float32(name, self.device_type, inputs, cast)
-                        )
+                if self.low_precision and dtypes[0] == "float32" and name not in row.fp32_ops:
+                    row.fp32_ops.append(name)
+                    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                    inputs = [_dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
+                    cast = any((ref := self.cast_up.get(id(t))) is not None and ref() is t for t in tensors)
+                    no_path = row.type in _NO_LOWER_PATH_MODULES  # e.g. Dropout's mask multiply
+                    row.why[name] = (
+                        "no lower-precision path" if no_path else why_float32(name, self.device_type, inputs, cast)
+                    )
         return out
 
 
@@ -291,14 +280,9 @@ def inspect_dtypes(
     check_returns(task, model, data, device, plan.autocast, size)  # as a run checks them before its first step
     batch = first_rows(data.train, size, device)  # a Dataset's first items collated, as a batch of the run
 
-    names = {module: name or "(model)" for name, module in model.named_modules()}
     rows = {
-        module: ModuleDtypes(
-            name=names[module],
-            type=type(module).__name__,
-            depth=0 if names[module] == "(model)" else names[module].count(".") + 1,
-        )
-        for module in names
+        module: ModuleDtypes(name or "(model)", type(module).__name__, name.count(".") + 1 if name else 0)
+        for name, module in model.named_modules()
     }
     loss_row = ModuleDtypes(name=LOSS_ROW, type="loss", depth=0)
     stack: list[ModuleDtypes] = []
@@ -338,7 +322,7 @@ def inspect_dtypes(
         row.param_dtypes = sorted({_dtype_name(p.dtype) for p in own})
         row.grad_dtypes = sorted({_dtype_name(p.grad.dtype) for p in own if p.grad is not None})
         row.output_grad_dtypes = sorted(set(row.output_grad_dtypes))
-    ordered = [rows[m] for m in names if rows[m].called] + [loss_row]
+    ordered = [row for row in rows.values() if row.called] + [loss_row]
     return InspectionResult(
         task=cfg.task,
         precision=plan.mode,

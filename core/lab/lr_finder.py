@@ -7,7 +7,6 @@ fall against log(lr). The suggestion functions are plain Python: `find_lr` impor
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 import time
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from core.config import RunConfig
 from core.errors import ConfigError
+from core.lab import ToolResult
 
 if TYPE_CHECKING:
     from core.devices import DeviceInfo
@@ -51,16 +51,17 @@ class LRSuggestion:
     index: int | None
     explanation: str
 
+    @classmethod
+    def none(cls, method: str, explanation: str) -> LRSuggestion:
+        """No suggestion from `method`, and why."""
+        return cls(method, None, None, None, explanation)
+
 
 @dataclass
-class LRFinderResult:
+class LRFinderResult(ToolResult):
     """A range test: the settings it ran with, the curve and the suggestions. `lrs`, `losses` and `smoothed`
     have one entry per recorded point (steps the GradScaler skipped are only in `skipped_lrs`)."""
 
-    task: str
-    task_options: dict
-    device: str
-    device_name: str
     precision: str  # the mode that ran (auto resolved)
     autocast_dtype: str | None  # 'bfloat16', 'float16', or None without autocast
     scaler: bool
@@ -86,10 +87,6 @@ class LRFinderResult:
     setup_seconds: float
     notes: list[str] = field(default_factory=list)
     own_optimizer: bool = False  # the task's configure_optimizers chose it: no `train --lr` applies
-
-    def to_dict(self) -> dict:
-        """Plain JSON-ready dict (the `lr-find --json` schema)."""
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -149,16 +146,16 @@ def lr_schedule(start_lr: float, end_lr: float, steps: int) -> list[float]:
     return [start_lr * ratio ** (i / (steps - 1)) for i in range(steps)]
 
 
-def despike(values: list[float], window: int = SPIKE_WINDOW, mads: float = SPIKE_MADS) -> list[float]:
-    """`values` with isolated spikes replaced by the median of the 2 * window + 1 points around them (a Hampel
-    filter; at the ends the window stays whole, so up to `window` spiking points at the very start are caught)."""
-    out, n, width = list(values), len(values), 2 * window + 1
+def despike(values: list[float]) -> list[float]:
+    """`values` with isolated spikes replaced by the median of the 2 * SPIKE_WINDOW + 1 points around them (a Hampel
+    filter; at the ends the window stays whole, so up to SPIKE_WINDOW spiking points at the very start are caught)."""
+    out, n, width = list(values), len(values), 2 * SPIKE_WINDOW + 1
     for i, value in enumerate(values):
-        first = max(0, min(i - window, n - width))  # a full window at the ends too: a spike at the start is caught
+        first = max(0, min(i - SPIKE_WINDOW, n - width))
         near = values[first : first + width]
         median = statistics.median(near)
         mad = statistics.median(abs(v - median) for v in near)
-        limit = max(mads * 1.4826 * mad, SPIKE_MIN_RELATIVE * abs(median))
+        limit = max(SPIKE_MADS * 1.4826 * mad, SPIKE_MIN_RELATIVE * abs(median))
         if abs(value - median) > limit:
             out[i] = median
     return out
@@ -186,17 +183,12 @@ def suggest(
         raise ConfigError("method", f"unknown method {method!r}; choose {' or '.join(METHODS)}")
     n = len(smoothed)
     if n < MIN_POINTS:
-        return LRSuggestion(
+        return LRSuggestion.none(
             method,
-            None,
-            None,
-            None,
-            f"{method}: only {n} point{'s' if n != 1 else ''} before the "
-            f"test ended, too few to read a curve; lower the start lr",
+            f"{method}: only {n} point{'s' if n != 1 else ''} before the test ended, too few to read a curve; "
+            "lower the start lr",
         )
-    if method == "valley":
-        return _valley(lrs, smoothed, losses if losses is not None else smoothed)
-    return _steepest(lrs, smoothed, losses if losses is not None else smoothed)
+    return (_valley if method == "valley" else _steepest)(lrs, smoothed, losses if losses is not None else smoothed)
 
 
 def _skip(n: int) -> int:
@@ -206,19 +198,15 @@ def _skip(n: int) -> int:
 def _valley(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestion:
     n = len(s)
     lowest = min(range(n), key=lambda i: (s[i], i))
-    # The starting level: the median of the first 10% of the despiked raw losses (a spike or noise there does
-    # not move it). The valley is the stretch over which the smoothed loss falls from that level to its minimum:
-    # it begins at the last point before the minimum still within VALLEY_TOP of the drop below the level.
+    # The valley: the smoothed loss's fall from the starting level to its minimum, from the last point before the
+    # minimum still within VALLEY_TOP of the drop below the level.
     level = _starting_level(raw)
     drop = level - s[lowest]
     if drop <= MIN_DROP * abs(level) or lowest < 2:
-        return LRSuggestion(
+        return LRSuggestion.none(
             "valley",
-            None,
-            None,
-            None,
-            "valley: the smoothed loss never falls below its starting "
-            "level in this range; try a larger end lr or check the task",
+            "valley: the smoothed loss never falls below its starting level in this range; try a larger end lr or "
+            "check the task",
         )
     top = level - VALLEY_TOP * drop
     start = next((i for i in range(lowest, -1, -1) if s[i] >= top), 0)
@@ -249,13 +237,10 @@ def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestio
     skip = next((i for i in range(_skip(n), n) if s[i] <= level), _skip(n))
     lowest = min(range(n), key=lambda i: (s[i], i))
     if lowest - skip < 2:
-        return LRSuggestion(
+        return LRSuggestion.none(
             "steepest",
-            None,
-            None,
-            None,
-            f"steepest: the smoothed loss is lowest at {lrs[lowest]:.1e}, within the first 10% of "
-            f"the range, so there is no descent to read; lower the start lr",
+            f"steepest: the smoothed loss is lowest at {lrs[lowest]:.1e}, within the first 10% of the range, so there "
+            "is no descent to read; lower the start lr",
         )
     x = [math.log10(lr) for lr in lrs]
     k = max(1, n // 50)  # a slope over a few points on each side: steadier than neighbour differences
@@ -266,7 +251,7 @@ def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestio
 
     index = min(range(skip, lowest + 1), key=slope)
     if slope(index) >= 0:
-        return LRSuggestion("steepest", None, None, None, "steepest: the smoothed loss never falls in this range")
+        return LRSuggestion.none("steepest", "steepest: the smoothed loss never falls in this range")
     return LRSuggestion(
         "steepest",
         lrs[index],
@@ -304,35 +289,30 @@ def find_lr(
     from core.engine.control import RunControl
     from core.lab.timing import on_throwaway_trainer
 
-    control = control or RunControl()
+    control, progress = control or RunControl(), progress or (lambda _progress: None)
     began = time.perf_counter()
-    if progress:
-        progress(LRFinderProgress("setup", 0, steps))
+    progress(LRFinderProgress("setup", 0, steps))
 
     def test(trainer):
         setup_seconds = time.perf_counter() - began
-        schedule = lr_schedule(start_lr, end_lr, steps)
-        curve = _run_range(trainer, schedule, diverge_factor, smoothing, control, progress)
+        curve = _run_range(trainer, lr_schedule(start_lr, end_lr, steps), diverge_factor, smoothing, control, progress)
         own = type(trainer.optimizer).__name__ if trainer.own_optimizer else None
-        return trainer.cfg, trainer.device_info, trainer.plan, setup_seconds, (curve, own)
+        return trainer.cfg, trainer.device_info, trainer.plan, setup_seconds, own, curve
 
     # Constant schedule (the lr is set per step). Eager even when config.compile is on: compiling takes longer than
     # the test, and the curve is the same.
-    cfg, info, plan, setup_seconds, (curve, own) = on_throwaway_trainer(
+    cfg, info, plan, setup_seconds, own, (lrs, losses, skipped_lrs, stopped, steps_run) = on_throwaway_trainer(
         config, "amp-lr-find-", test, devices, control, schedule="constant", max_steps=steps, compile=False
     )
-    lrs, losses, skipped_lrs, stopped, steps_run = curve
     smoothed = smooth_losses(losses, smoothing)
     picks = suggestions(lrs, losses, smoothed)
     best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else None
-    notes = (
-        [
+    notes = []
+    if skipped_lrs:
+        notes.append(
             f"{len(skipped_lrs)} step{'s' if len(skipped_lrs) != 1 else ''} skipped by the GradScaler (fp16 "
-            f"gradient overflow), not on the curve"
-        ]
-        if skipped_lrs
-        else []
-    )
+            "gradient overflow), not on the curve"
+        )
     if own:
         notes.append(
             f"the task chooses its optimizer ({own}, configure_optimizers): the curve is {own}'s, and its lr is set "
@@ -343,10 +323,7 @@ def find_lr(
             "ran eager (compile is off here: compiling would take longer than the test; the curve is the same)"
         )
     result = LRFinderResult(
-        task=cfg.task,
-        task_options=dict(cfg.task_options),
-        device=info.id,
-        device_name=info.name,
+        **LRFinderResult.setting(cfg, info),
         precision=plan.mode,
         autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype else None,
         scaler=plan.use_scaler,
@@ -373,8 +350,7 @@ def find_lr(
         setup_seconds=setup_seconds,
         notes=notes,
     )
-    if progress:
-        progress(LRFinderProgress("done", steps_run, steps, result=result))
+    progress(LRFinderProgress("done", steps_run, steps, result=result))
     return result
 
 
@@ -384,30 +360,30 @@ def _run_range(
     diverge_factor: float,
     smoothing: float,
     control: RunControl,
-    progress: ProgressCallback | None,
+    progress: ProgressCallback,
 ):
     """The steps of the range test on a set-up Trainer. Returns (lrs, losses, skipped_lrs, stopped, steps_run)."""
-    from core.engine.step_metrics import StepAccumulator
+    from core.lab.timing import step_positions, step_sums
 
-    sums = StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)  # the steps' losses
-    per_epoch = trainer.steps_per_epoch
+    sums, positions = step_sums(trainer), step_positions(trainer)
     grace = max(3, int(len(schedule) * SKIP_FRACTION))  # the ratio test waits for a few points
     skip_limit = max(5, grace)  # this many skipped steps in a row after the curve started: the gradients overflow
     lrs: list[float] = []
     losses: list[float] = []
     skipped_lrs: list[float] = []
     average = best = None
-    beta, in_a_row, stopped, order, epoch, steps_run = 1.0 - smoothing, 0, "", None, 0, 0
+    beta, in_a_row, stopped, steps_run = 1.0 - smoothing, 0, "", 0
+
+    def report(step: int, lr: float, loss: float | None, smoothed: float | None) -> None:
+        progress(LRFinderProgress("step", step + 1, len(schedule), lr, loss, smoothed))
+
     for step, lr in enumerate(schedule):
         if control.paused:
             control.wait_while_paused()
         if control.stop_requested:
             stopped = f"stopped by request at lr {lr:.2e}"
             break
-        index = step % per_epoch
-        if index == 0 or order is None:
-            order = trainer.batches.order(epoch)
-            epoch += 1
+        order, index = next(positions)
         for group in trainer.optimizer.param_groups:
             group["lr"] = lr
         trainer.train_step(order, index, sums)
@@ -416,12 +392,12 @@ def _run_range(
         loss = readout.loss
         if not math.isfinite(loss):
             stopped = f"the loss was {loss} at lr {lr:.2e}"
-            _report(progress, step, schedule, lr, loss, None)
+            report(step, lr, loss, None)
             break
         if readout.skipped:
             skipped_lrs.append(lr)
             in_a_row += 1 if losses else 0
-            _report(progress, step, schedule, lr, None, None)
+            report(step, lr, None, None)
             if in_a_row >= skip_limit:
                 stopped = f"the GradScaler skipped {in_a_row} steps in a row (gradient overflow) up to lr {lr:.2e}"
                 break
@@ -433,22 +409,10 @@ def _run_range(
         average = beta * (average or 0.0) + smoothing * loss
         smoothed = average / (1.0 - beta ** len(losses)) if beta < 1 else average
         best = smoothed if best is None else min(best, smoothed)
-        _report(progress, step, schedule, lr, loss, smoothed)
+        report(step, lr, loss, smoothed)
         if len(losses) > grace and smoothed > diverge_factor * best:
             stopped = (
                 f"the smoothed loss {smoothed:.4g} rose above {diverge_factor:g}x the best ({best:.4g}) at lr {lr:.2e}"
             )
             break
     return lrs, losses, skipped_lrs, stopped, steps_run
-
-
-def _report(
-    progress: ProgressCallback | None,
-    step: int,
-    schedule: list[float],
-    lr: float,
-    loss: float | None,
-    smoothed: float | None,
-) -> None:
-    if progress:
-        progress(LRFinderProgress("step", step + 1, len(schedule), lr, loss, smoothed))

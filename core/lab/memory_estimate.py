@@ -1,12 +1,9 @@
 """Memory estimate before Start: the peak of a run's training steps on its device, from one probe step.
 
-Peak = parameters + gradients + optimizer state (bytes per parameter, or per tensor for 8-bit state, from the rows
-of PRECISION_BYTES and OPTIMIZER_STATES: a new mode or optimizer adds a row) + the data the run keeps on the device + the larger of two
-moments of a step measured in one probe step at a small batch on a throwaway Trainer: the forward + backward's
-activations (scaled linearly to the batch size) or the optimizer step's scratch (independent of the batch). CUDA/XPU
-measure the probe with the allocator's peak (core.devices.PeakMemory); the CPU with `AllocationPeak`, torch's
-profiler counting every allocation and free of its allocator (an RSS figure is too coarse for a step). Evaluation
-passes are not counted.
+Peak = parameters + gradients + optimizer state (rows of PRECISION_BYTES and OPTIMIZER_STATES) + the data kept on the
+device + the larger of the forward + backward's activations (scaled linearly to the batch size) and the optimizer
+step's scratch, both measured in one small-batch probe step on a throwaway Trainer (`AllocationPeak`: the allocator's
+peak on CUDA/XPU, torch's profiler's allocations on the CPU, where RSS is too coarse). Evaluation is not counted.
 """
 
 from __future__ import annotations
@@ -16,10 +13,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.precision_modes import (
-    PRECISION_BYTES,
-    tensor_state_bytes,
-)
+from core.precision_modes import PRECISION_BYTES, tensor_state_bytes
 from core.text import size
 
 if TYPE_CHECKING:
@@ -157,13 +151,11 @@ def _probe(trainer) -> tuple[int, int]:
 
 def free_bytes(info) -> int | None:
     """Free memory of a device now: the CUDA driver's figure, available RAM on the CPU, else what it listed."""
-    if info.type == "cpu":
-        from core.devices import available_ram
+    from core.devices import available_ram, cuda_free_memory
 
+    if info.type == "cpu":
         return available_ram()
     if info.type == "cuda":
-        from core.devices import cuda_free_memory
-
         return cuda_free_memory(int(info.id.partition(":")[2] or 0))
     return info.memory_free
 
@@ -181,32 +173,27 @@ def estimate(
     preload()
     from core.devices import device_info, list_devices
     from core.engine.precision import resolve_precision
-    from core.lab.timing import on_throwaway_trainer
+    from core.lab.timing import on_throwaway_trainer, step_sums
 
-    cfg = config.replace(
-        **{
-            k: v
-            for k, v in dict(device=device, precision=mode, optimizer=optimizer, batch_size=batch_size).items()
-            if v
-        }
-    ).validate()
+    given = dict(device=device, precision=mode, optimizer=optimizer, batch_size=batch_size)
+    cfg = config.replace(**{k: v for k, v in given.items() if v}).validate()
     info = device_info(cfg.device, devices if devices is not None else list_devices())
     plan = resolve_precision(cfg.precision, info)
     probe_batch = min(cfg.batch_size, PROBE_BATCH)
 
     def measure(trainer) -> Estimate:
-        trainer.train_step(trainer.batches.order(0), 0, _sums(trainer))  # the optimizer makes its state
+        trainer.train_step(trainer.batches.order(0), 0, step_sums(trainer))  # the optimizer makes its state
         resident = resident_bytes(trainer)
         backward, step = _probe(trainer)
-        model = trainer.raw_model
-        params = list(model.parameters())
+        params = list(trainer.raw_model.parameters())
+        buffers = resident["parameters"] - sum(p.numel() * p.element_size() for p in params)  # what else it holds
         # a module kept in float32 (fp32_modules) under bf16-pure has float32's row
         modes = ["fp32" if PRECISION_BYTES[plan.mode].weights < p.element_size() else plan.mode for p in params]
         rows = [(p.numel(), PRECISION_BYTES[m], m, p.requires_grad) for p, m in zip(params, modes)]
         grads = sum(n * row.grads for n, row, _m, trained in rows if trained)
         activations = max(0, backward - grads) * cfg.batch_size // probe_batch
         parts = {
-            "parameters": sum(n * row.weights for n, row, _m, _t in rows) + resident["parameters"] - model_bytes(model),
+            "parameters": sum(n * row.weights for n, row, _m, _t in rows) + buffers,
             "master weights": sum(n * row.master for n, row, _m, trained in rows if trained),
             "gradients": grads,
             "optimizer state": sum(
@@ -250,11 +237,9 @@ def estimate(
 
 
 def preload() -> None:
-    """Import what the first estimate (and the first run in this process) would import on the way: the trainer
-    and torch's profiler and dynamo (an optimizer's first step), about 900 modules. The window does it on a
-    worker thread once its engine is loaded, then freezes them out of its collector's reach. One thread at a time
-    (an estimate starting meanwhile waits): two threads importing torch's circular modules at once may see one
-    half made."""
+    """Import what the first estimate (and the first run in this process) would import on the way: the trainer,
+    torch's profiler and dynamo (the window does it on a worker thread). One thread at a time: two threads importing
+    torch's circular modules at once may see one half made."""
     with _PRELOAD:
         import torch._dynamo
         import torch.profiler  # noqa: F401
@@ -262,23 +247,13 @@ def preload() -> None:
         import core.lab.timing  # noqa: F401
 
 
-def model_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def _sums(trainer):
-    from core.engine.step_metrics import StepAccumulator
-
-    return StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)
-
-
 def measure_training_peak(config: RunConfig, steps: int = 3, devices=None) -> int:
     """The measured peak of a real short run of `config` (for checking `estimate`): what a set-up Trainer keeps
     on its device plus the peak allocated above it over `steps` of its own optimizer steps."""
-    from core.lab.timing import on_throwaway_trainer
+    from core.lab.timing import on_throwaway_trainer, step_sums
 
     def run(trainer) -> int:
-        sums, order = _sums(trainer), trainer.batches.order(0)
+        sums, order = step_sums(trainer), trainer.batches.order(0)
         trainer.train_step(order, 0, sums)
         resident = sum(resident_bytes(trainer).values())
         with AllocationPeak(trainer.device) as peak:

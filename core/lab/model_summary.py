@@ -1,5 +1,4 @@
 """Model summary: per layer, parameters and the bytes they cost in training; per precision mode, activations.
-
 Per module: its own parameters (a tied weight counted once, at its first owner), their bytes, gradients and optimizer
 state, and the same over its subtree. Weights, gradients and optimizer state are float32 in every mode; only
 activations change. A mode's activations are the bytes autograd saves for backward in one training step on the
@@ -9,7 +8,6 @@ module; on CUDA/XPU the allocator's peak above the step's start as well.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +22,7 @@ from core.engine.control import RunControl
 from core.engine.diagnosis import mismatch_as_device_error
 from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
 from core.engine.run_state import seed_everything
+from core.lab import ToolResult
 from core.lab.dtype_inspector import LOSS_ROW
 from core.lab.precision_sweep import requested_modes
 from core.precision_modes import OPTIMIZER_STATES, PRECISION_BYTES, tensor_state_bytes
@@ -53,11 +52,8 @@ class Figures:
         return self.parameters - self.trainable_parameters
 
     def add(self, other: Figures) -> None:
-        self.parameters += other.parameters
-        self.trainable_parameters += other.trainable_parameters
-        self.param_bytes += other.param_bytes
-        self.grad_bytes += other.grad_bytes
-        self.optimizer_bytes += other.optimizer_bytes
+        for name in ("parameters", "trainable_parameters", "param_bytes", "grad_bytes", "optimizer_bytes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         for mode, value in other.activation_bytes.items():
             self.activation_bytes[mode] = self.activation_bytes.get(mode, 0) + value
 
@@ -121,13 +117,9 @@ class SummaryProgress:
 
 
 @dataclass
-class ModelSummary:
+class ModelSummary(ToolResult):
     """The whole summary: the setting, per-module rows, totals and one ModeTotals per requested mode."""
 
-    task: str
-    task_options: dict
-    device: str
-    device_name: str
     device_type: str
     batch_size: int  # rows of the measured batch
     optimizer: str
@@ -162,7 +154,7 @@ class ModelSummary:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `summary --json` schema)."""
-        data = dataclasses.asdict(self)
+        data = super().to_dict()
         data["frozen_parameters"] = self.frozen_parameters
         for row, out in zip(self.rows, data["rows"], strict=True):
             out["trainable"] = row.trainable
@@ -170,12 +162,6 @@ class ModelSummary:
 
 
 ProgressCallback = Callable[[SummaryProgress], None]
-
-
-def optimizer_state_bytes(param: torch.Tensor, optimizer: str, momentum: float = 0.9) -> int:
-    """Bytes `optimizer` keeps for one trainable parameter tensor (as torch keeps it after the first step)."""
-    state = tensor_state_bytes(param.numel(), optimizer, momentum)  # ValueError for an unknown one
-    return state + OPTIMIZER_STATES[optimizer].per_tensor
 
 
 def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float = 0.9) -> list[LayerRow]:
@@ -196,7 +182,9 @@ def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float =
             if param.requires_grad:
                 own.trainable_parameters += param.numel()
                 own.grad_bytes += size  # gradients take their parameter's dtype: float32
-                own.optimizer_bytes += optimizer_state_bytes(param, optimizer, momentum)
+                # what torch keeps after the first step (ValueError for an unknown optimizer)
+                own.optimizer_bytes += tensor_state_bytes(param.numel(), optimizer, momentum)
+                own.optimizer_bytes += OPTIMIZER_STATES[optimizer].per_tensor
         rows.append(
             LayerRow(
                 name=name or ROOT_NAME,
@@ -238,11 +226,7 @@ class _SavedTensorMeter:
         self.handles: list[RemovableHandle] = []
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        try:
-            storage = tensor.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # a tensor without a plain storage (e.g. a subclass)
-            return tensor
+        key, nbytes = _storage(tensor)
         if key and key not in self.seen and key not in self.exclude:
             self.seen.add(key)  # saved tensors stay alive until backward, so no address is reused meanwhile
             self.total += nbytes
@@ -273,14 +257,13 @@ class _SavedTensorMeter:
         return False
 
 
-def _storage_keys(tensors) -> set[int]:
-    keys = set()
-    for tensor in tensors:
-        try:
-            keys.add(tensor.untyped_storage().data_ptr())
-        except (RuntimeError, NotImplementedError):
-            pass
-    return keys - {0}
+def _storage(tensor: torch.Tensor) -> tuple[int, int]:
+    """(address, bytes) of a tensor's storage; (0, 0) for one without a plain storage (e.g. a subclass)."""
+    try:
+        storage = tensor.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0, 0
 
 
 def measure_mode(
@@ -296,7 +279,7 @@ def measure_mode(
     """One forward (under `plan`'s autocast) + backward of `task.loss(model, batch)`: the bytes saved for
     backward (recorded per module into `rows`), and on CUDA/XPU the allocator's peak above its start."""
     inputs = [value for value in batch.values() if isinstance(value, torch.Tensor)]
-    exclude = _storage_keys(list(model.parameters()) + list(model.buffers()) + inputs)
+    exclude = {_storage(t)[0] for t in [*model.parameters(), *model.buffers(), *inputs]} - {0}
     model.zero_grad(set_to_none=True)
     peak = PeakMemory(device)
     if peak.allocator:  # elsewhere the saved tensors are the figure: a process's RSS peak is not the step's
@@ -331,13 +314,11 @@ def summarize(
     progress: ProgressCallback | None = None,
     control: RunControl | None = None,
 ) -> ModelSummary:
-    """Build the task of `config` like the trainer does and summarise its model.
-
-    `modes`: precision modes to measure activations in (fp32 first: ratios are against it; None = every mode); modes
-    the device cannot run are 'skipped'. `batch_size`: rows of the measured batch (default: the config's
-    micro-batch). `control.stop()` skips the modes not yet measured. ConfigError/PrecisionError on bad input,
-    DeviceError for a device that is not here."""
-    cfg = config.validate()
+    """Build the task of `config` like the trainer does and summarise its model. `modes`: precision modes to measure
+    activations in (fp32 first: ratios are against it; None = every mode); modes the device cannot run are 'skipped'.
+    `batch_size`: rows of the measured batch (default: the config's micro-batch). `control.stop()` skips the modes not
+    yet measured. ConfigError/PrecisionError on bad input, DeviceError for a device that is not here."""
+    cfg, progress = config.validate(), progress or (lambda _progress: None)
     order = requested_modes(list(modes) if modes else None)
     info = device_info(cfg.device, devices if devices is not None else list_devices())
     device = torch_device(info)
@@ -364,12 +345,9 @@ def summarize(
         if control is not None and control.stop_requested:
             totals = ModeTotals(mode=mode, status="skipped", reason="stopped")
         elif mode not in info.precisions:
-            totals = ModeTotals(
-                mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}")
-            )
+            totals = ModeTotals(mode, "skipped", info.unsupported.get(mode, f"not supported on {info.id}"))
         else:
-            if progress:
-                progress(SummaryProgress(mode, index, len(order), "running"))
+            progress(SummaryProgress(mode, index, len(order), "running"))
             with user_code_errors(_CONTEXT):
                 totals = measure_mode(
                     task, model, batch, resolve_precision(mode, info), device, rows, loss_row, cfg.seed
@@ -380,18 +358,14 @@ def summarize(
         if totals.activation_bytes is not None:
             totals.total_bytes = root.param_bytes + root.grad_bytes + root.optimizer_bytes + totals.activation_bytes
         results.append(totals)
-        if progress:
-            progress(SummaryProgress(mode, index, len(order), "done", totals))
+        progress(SummaryProgress(mode, index, len(order), "done", totals))
     _compare_to_fp32(results)
     all_rows = rows_list + [loss_row]
     _fold_subtrees(all_rows)
     parameters = sum(p.numel() for p in model.parameters())
     assert root.parameters == parameters, (root.parameters, parameters)  # each parameter counted exactly once
     return ModelSummary(
-        task=cfg.task,
-        task_options=dict(cfg.task_options),
-        device=info.id,
-        device_name=info.name,
+        **ModelSummary.setting(cfg, info),
         device_type=device.type,
         batch_size=batch_rows(batch),
         optimizer=cfg.optimizer,

@@ -5,9 +5,9 @@ the reference's and whose speedup holds up beyond timing noise. core.lab.precisi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
+from core.lab import ToolResult
 from core.lab.timing import speed_ratio
 
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
@@ -58,13 +58,9 @@ class SweepRow:
 
 
 @dataclass
-class SweepResult:
+class SweepResult(ToolResult):
     """A whole sweep: the setting it ran in, one row per mode and the recommended mode."""
 
-    task: str
-    task_options: dict
-    device: str
-    device_name: str
     batch_size: int
     steps: int
     repeats: int
@@ -79,18 +75,8 @@ class SweepResult:
 
     def row(self, mode: str, compiled: bool | None = None, checkpointed: bool | None = None) -> SweepRow | None:
         """The (first) row of `mode`, with compile / activation checkpointing as given; None when the sweep lacks it."""
-        return next(
-            (
-                r
-                for r in self.rows
-                if r.mode == mode and compiled in (None, r.compiled) and checkpointed in (None, r.checkpointed)
-            ),
-            None,
-        )
-
-    def to_dict(self) -> dict:
-        """Plain JSON-ready dict (the `bench --json` schema)."""
-        return dataclasses.asdict(self)
+        rows = (r for r in self.rows if r.mode == mode and compiled in (None, r.compiled))
+        return next((r for r in rows if checkpointed in (None, r.checkpointed)), None)
 
 
 def reference_row(rows: list[SweepRow]) -> SweepRow | None:
@@ -196,15 +182,8 @@ def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
     expected_slower = expected_slower or {}
-    faster = [
-        r
-        for r in rows
-        if r is not base
-        and r.status == "ok"
-        and loss_matches(r, base.loss)
-        and (r.speedup or 0.0) >= MIN_SPEEDUP
-        and not fp8_blocker(r, rows, base)
-    ]
+    healthy = [r for r in rows if r is not base and r.status == "ok" and loss_matches(r, base.loss)]
+    faster = [r for r in healthy if (r.speedup or 0.0) >= MIN_SPEEDUP and not fp8_blocker(r, rows, base)]
     held = [
         r
         for r in faster

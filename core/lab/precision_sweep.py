@@ -1,11 +1,8 @@
-"""Precision sweep: one task, seed and data in every precision mode the device supports, timed properly
-(docs/precision-lab.md).
-
-Each mode trains the Trainer's own steps, timed by core.lab.timing (warm-up windows, then the median timed window),
-with peak memory (core.devices.PeakMemory), loss against fp32 and optional torch.compile / activation checkpointing
-rows. On the CPU each mode runs in a fresh process by default (core.lab.tool_child), so its peak RSS is its own. A user
-task's bad return stops the sweep with its one line, whichever process the mode ran in. The rows are compared and
-a mode recommended in core.lab.precision_results.
+"""Precision sweep (docs/precision-lab.md): one task, seed and data in every precision mode the device supports, each
+training the Trainer's own steps timed by core.lab.timing, with peak memory (core.devices.PeakMemory), loss against
+fp32 and optional torch.compile / activation checkpointing rows. On the CPU each mode runs in a fresh process by default
+(core.lab.tool_child), so its peak RSS is its own. A user task's bad return stops the sweep with its one line. The rows
+are compared and a mode recommended in core.lab.precision_results.
 """
 
 from __future__ import annotations
@@ -179,25 +176,22 @@ def measure_mode_isolated(
     """`measure_mode` in a fresh Python process (core.lab.tool_child), so its peak RSS is this mode's alone. Its
     windows are relayed to `on_window`; a stop on `control` kills it (the row is skipped). The task's refusal is
     raised here, as in this process; any other failure is the row's reason."""
-    import math
-
     from core.lab.sweep.parallel import child_env
-    from core.lab.tool_child import COMMAND
-    from core.process import JsonChild
+    from core.lab.tool_child import in_child
 
-    child = JsonChild(COMMAND, f"measuring {mode}", env=child_env(1))
     try:
-        return child.call(
+        return in_child(
             "measure",
             config.to_dict(),
             mode,
             steps,
             repeats,
             warmup_windows,
+            named=f"measuring {mode}",
             progress=(lambda window: on_window(*window)) if on_window else None,
             control=control,
-            limit=math.inf,
             stop_grace=0.0,
+            env=child_env(1),
         )
     except (TaskOutputError, UserCodeError):
         raise
@@ -205,8 +199,6 @@ def measure_mode_isolated(
         if control is not None and control.stop_requested:
             return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
         return SweepRow(mode=mode, status="failed", reason=str(exc))
-    finally:
-        child.close()
 
 
 def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
@@ -233,28 +225,20 @@ def run_sweep(
     optimizer_options: list[str] | None = None,
 ) -> SweepResult:
     """Measure every requested mode (unsupported ones skipped with the device's reason) and compare to fp32.
-
-    `compile_options` / `checkpointing_options`: the settings of RunConfig.compile / activation_checkpointing to
-    measure, a row per combination (default: the config's own), and so are `optimizer_options` (e.g. adamw8bit
-    beside the config's adamw). `isolate`: each mode in a fresh subprocess (default
-    on the CPU). `control.stop()` ends the sweep: at once for an isolated mode, else after the current one; the rest
-    are reported skipped."""
+    `compile_options` / `checkpointing_options` / `optimizer_options`: the settings to measure, a row per combination
+    (default: the config's own). `isolate`: each mode in a fresh subprocess (default on the CPU). `control.stop()` ends
+    the sweep: at once for an isolated mode, else after the current one; the rest are reported skipped."""
     config = config.validate()
     devices = devices if devices is not None else list_devices()
     info = device_info(config.device, devices)
     config = config.replace(device=info.id)  # 'auto' resolved once: every mode runs on the same device
     isolate = info.type == "cpu" if isolate is None else isolate
-    compiles = list(dict.fromkeys(compile_options)) if compile_options else [config.compile]
-    checkpoints = (
-        list(dict.fromkeys(checkpointing_options)) if checkpointing_options else [config.activation_checkpointing]
-    )
-    optimizers = list(dict.fromkeys(optimizer_options or [config.optimizer]))
     order = [
         (mode, c, a, "" if opt == config.optimizer else opt)
         for mode in requested_modes(modes)
-        for opt in optimizers
-        for c in sorted(compiles)
-        for a in sorted(checkpoints)
+        for opt in dict.fromkeys(optimizer_options or [config.optimizer])
+        for c in sorted(set(compile_options or [config.compile]))
+        for a in sorted(set(checkpointing_options or [config.activation_checkpointing]))
     ]
     rows: list[SweepRow] = []
     for index, (mode, compiled, checkpointed, optimizer) in enumerate(order):
@@ -266,8 +250,7 @@ def run_sweep(
             rows.append(SweepRow(mode, "skipped", "sweep stopped", compiled=compiled, checkpointed=checkpointed))
             continue
         if mode not in info.precisions:
-            reason = info.unsupported.get(mode, f"not supported on {info.id}")
-            row = SweepRow(mode=mode, status="skipped", reason=reason, compiled=compiled, checkpointed=checkpointed)
+            row = SweepRow(mode, "skipped", info.unsupported.get(mode, f"not supported on {info.id}"))
         else:
             on_window = None
             if progress:
@@ -291,23 +274,17 @@ def run_sweep(
     slower = {"bf16": speed_note} if speed_note.startswith("bf16 emulated") else {}  # devices' own expectation
     best, why = recommended_row(rows, slower)
     explain_rows(rows, best)
-    recommended = best.mode if best else None
-    memory = memory_source(PeakMemory(torch_device(info)), isolate)
-    threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
     return SweepResult(
-        task=config.task,
-        task_options=dict(config.task_options),
-        device=info.id,
-        device_name=info.name,
+        **SweepResult.setting(config, info),
         batch_size=config.batch_size,
         steps=steps,
         repeats=repeats,
         warmup_steps=warmup_windows * steps,
-        memory_source=memory,
+        memory_source=memory_source(PeakMemory(torch_device(info)), isolate),
         rows=rows,
-        recommended=recommended,
+        recommended=best.mode if best else None,
         recommendation=why,
-        threads=threads,
+        threads=next((r.threads for r in rows if r.status == "ok" and r.threads), None),
         reference=reference_label(rows),
         recommended_label=best.label if best else None,
     )

@@ -1,16 +1,17 @@
 """How the lab tools train and time a throwaway model: `on_throwaway_trainer` sets a Trainer up in a temporary folder
 (nothing persistent is written) for a tool that drives its steps itself (LR finder, batch-size finder, Compare
 precisions), and `time_steps` is the one way they time training speed: warm-up windows, then timed windows of
-optimizer steps with one host sync at each window's end (the losses read back), the median window the speed. Both
-tools' samples/s and their ratios against fp32 (`speed_ratio`) come from here, so they agree.
+optimizer steps with one host sync at each window's end, the median window the speed. Both tools' samples/s and
+their ratios against fp32 (`speed_ratio`) come from here, so they agree.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -83,6 +84,22 @@ class Timing:
         return tokens / samples if tokens and samples else None
 
 
+def step_sums(trainer):
+    """A StepAccumulator for a set-up trainer's steps (fp16 overflows counted apart where its GradScaler runs)."""
+    from core.engine.step_metrics import StepAccumulator
+
+    return StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)
+
+
+def step_positions(trainer) -> Iterator[tuple[Any, int]]:
+    """(order, index) of a set-up trainer's optimizer steps over its current batches, epoch after epoch."""
+    batches = trainer.batches
+    for epoch in itertools.count():
+        order = batches.order(epoch)
+        for index in range(batches.batches_per_epoch // trainer.cfg.grad_accum):
+            yield order, index
+
+
 def time_steps(
     trainer,
     steps: int,
@@ -93,21 +110,12 @@ def time_steps(
     """`warmup + windows` windows of `steps` optimizer steps of a set-up `trainer` (its own step, epoch after epoch);
     the only host sync is the losses' read at each window's end. `on_window(window, seconds per step, readout)` hears
     every window (1-based, warm-up ones included)."""
-    from core.engine.step_metrics import StepAccumulator
-
-    sums = StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)
-    batches, accum = trainer.batches, trainer.cfg.grad_accum  # the batch finder swaps in the batch it tries
-    per_epoch, orders = batches.batches_per_epoch // accum, {}
-    timing = Timing(warmup, batches.batch_size * accum, steps)
-    step = 0
+    sums, positions = step_sums(trainer), step_positions(trainer)  # the batch finder swaps in the batch it tries
+    timing = Timing(warmup, trainer.batches.batch_size * trainer.cfg.grad_accum, steps)
     for window in range(1, warmup + windows + 1):
         began = time.perf_counter()
-        for _ in range(steps):
-            epoch, index = divmod(step, per_epoch)
-            if epoch not in orders:
-                orders = {epoch: batches.order(epoch)}
-            trainer.train_step(orders[epoch], index, sums)
-            step += 1
+        for order, index in itertools.islice(positions, steps):
+            trainer.train_step(order, index, sums)
         readout = sums.read(trainer.dist)  # the window's one host sync
         timing.step_seconds.append((time.perf_counter() - began) / steps)
         timing.readouts.append(readout)

@@ -1,6 +1,5 @@
 """The window's device tools on a task file's model in a child process, so its code never runs in the window;
 and compare precisions' one mode in a fresh process (`measure`, for its own peak memory).
-
 `run_tool(name, config, progress, control, **kwargs)` calls TOOLS[name] here for a built-in task, else in
 `python -m core.lab.tool_child` (a core.process.JsonChild): its progress is relayed, a stop is passed on and the
 child is killed TOOL_STOP_GRACE s after a stop it did not finish in; a child that dies is one line naming the file.
@@ -37,26 +36,24 @@ def _call(name: str, config, progress, control, kwargs: dict):
     return tool(config, **kwargs, **{k: v for k, v in given.items() if k in accepted})
 
 
-def run_tool(name: str, config, progress=None, control=None, **kwargs):
-    """TOOLS[name](config, **kwargs): here for a built-in task (or with a test's injected probe), else in a child."""
+def in_child(method: str, *args, named: str, progress=None, control=None, stop_grace: float | None = None, env=None):
+    """`method`(*args) ("run" or "measure", below) in a fresh child process, which `named` names in its errors; after
+    a stop it has `stop_grace` s (default TOOL_STOP_GRACE) to answer."""
     from core.process import JsonChild
 
-    if not config.task_file or kwargs.get("probe") is not None:
-        return _call(name, config, progress, control, kwargs)
-    child = JsonChild(COMMAND, config.task_file)
+    grace = TOOL_STOP_GRACE if stop_grace is None else stop_grace
+    child = JsonChild(COMMAND, named, env=env)
     try:
-        return child.call(
-            "run",
-            name,
-            config.to_dict(),
-            kwargs,
-            progress=progress,
-            control=control,
-            limit=math.inf,
-            stop_grace=TOOL_STOP_GRACE,
-        )
+        return child.call(method, *args, progress=progress, control=control, limit=math.inf, stop_grace=grace)
     finally:
         child.close()
+
+
+def run_tool(name: str, config, progress=None, control=None, **kwargs):
+    """TOOLS[name](config, **kwargs): here for a built-in task (or with a test's injected probe), else in a child."""
+    if not config.task_file or kwargs.get("probe") is not None:
+        return _call(name, config, progress, control, kwargs)
+    return in_child("run", name, config.to_dict(), kwargs, named=config.task_file, progress=progress, control=control)
 
 
 def _config(values: dict):

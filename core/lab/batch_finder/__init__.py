@@ -1,10 +1,8 @@
 """Batch-size finder: the largest micro-batch that fits on the device, per precision mode, evaluation included and
 a safety margin below the device's limit (docs/tuning.md). Each trial at batch B runs `steps` of the trainer's
 own optimizer steps and one evaluation pass; it fits when its peak stays within (1 - margin) x the limit. The
-search doubles from `start`, then bisects to within `tolerance`.
-
-Layers: results (no torch) < probes < search (no torch) < finder (the trials on a Trainer, `find_batch_sizes`).
-Importing the package does not import torch.
+search doubles from `start`, then bisects to within `tolerance`. Layers: results (no torch) < probes < search (no
+torch) < finder (the trials on a Trainer, `find_batch_sizes`). Importing the package does not import torch.
 """
 
 from core.lab.batch_finder.finder import find_batch_sizes

@@ -114,13 +114,10 @@ def find_batch_sizes(
     control: RunControl | None = None,
 ) -> BatchFinderResult:
     """The largest batch of `config`'s task in each requested precision mode (None = every mode; fp32 first,
-    modes the device cannot run are 'skipped' with its reason).
-
-    `start`: the first batch (default the config's batch size); `max_batch`: the cap (default the training rows,
-    at most 65,536); `eval_rows`: rows of each trial's evaluation pass (default the whole validation split);
-    `limit_bytes`: use this limit instead of the device's; `probe`: the memory probe (default the device's;
-    FakeProbe in tests). Nothing persistent is written.
-    """
+    modes the device cannot run are 'skipped' with its reason). `start`: the first batch (default the config's batch
+    size); `max_batch`: the cap (default the training rows, at most 65,536); `eval_rows`: rows of each trial's
+    evaluation pass (default the whole validation split); `limit_bytes`: use this limit instead of the device's;
+    `probe`: the memory probe (default the device's; FakeProbe in tests). Nothing persistent is written."""
     check_settings(margin, steps, tolerance, start, max_batch)
     config = config.validate()
     from core.data.batching import split_length
@@ -128,7 +125,7 @@ def find_batch_sizes(
     from core.engine.control import RunControl
     from core.lab.precision_sweep import requested_modes
 
-    control = control or RunControl()
+    control, progress = control or RunControl(), progress or (lambda _progress: None)
     began = time.perf_counter()
     devices = devices if devices is not None else list_devices()
     info = device_info(config.device, devices)
@@ -147,12 +144,7 @@ def find_batch_sizes(
         facts["eval_rows"] = work.eval_rows
 
         def on_trial(trial: Trial, count: int, budget: int) -> None:
-            if progress:
-                progress(
-                    BatchFinderProgress(
-                        mode, index, len(order), "trial", trial=trial, trials=count, budget_bytes=budget
-                    )
-                )
+            progress(BatchFinderProgress(mode, index, len(order), "trial", trial, count, budget))
 
         result = search_mode(work, probe, mode, min(first, cap), cap, margin, tolerance, control, on_trial, limit_bytes)
         result.compute_dtype = trainer.plan.compute_dtype_name
@@ -164,16 +156,13 @@ def find_batch_sizes(
         if control.stop_requested:
             results.append(ModeResult(mode=mode, status="stopped", reason="stopped by request"))
         elif mode not in info.precisions:
-            reason = info.unsupported.get(mode, f"not supported on {info.id}")
-            results.append(ModeResult(mode=mode, status="skipped", reason=reason))
+            results.append(ModeResult(mode, "skipped", info.unsupported.get(mode, f"not supported on {info.id}")))
         else:
-            if progress:
-                progress(BatchFinderProgress(mode, index, len(order), "setup"))
+            progress(BatchFinderProgress(mode, index, len(order), "setup"))
             results.append(
                 _search_one_mode(config, mode, first, steps, devices, probe, partial(search, mode=mode, index=index))
             )
-        if progress:
-            progress(BatchFinderProgress(mode, index, len(order), "done", result=results[-1]))
+        progress(BatchFinderProgress(mode, index, len(order), "done", result=results[-1]))
     compare_to_fp32(results)
     notes = []
     if probe.estimate:
@@ -189,10 +178,7 @@ def find_batch_sizes(
             "compiled training usually keeps fewer activations, so these sizes err on the safe side"
         )
     return BatchFinderResult(
-        task=config.task,
-        task_options=dict(config.task_options),
-        device=info.id,
-        device_name=info.name,
+        **BatchFinderResult.setting(config, info),
         device_type=info.type,
         memory_source=probe.source,
         estimate=probe.estimate,
@@ -214,7 +200,6 @@ def _search_one_mode(
     """`search(trainer)` on a throwaway Trainer of `mode` (constant lr, one micro-batch per step); a model and data
     that do not fit even before the first trial make the mode 'failed'."""
     try:
-        # A throwaway run: constant lr, one micro-batch per step, no evaluation, checkpoint or best tracking.
         return on_throwaway_trainer(
             config,
             "amp-fit-batch-",

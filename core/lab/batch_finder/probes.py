@@ -25,7 +25,6 @@ class MemoryProbe(Protocol):
     def limit(self) -> int: ...  # the device's limit for this mode, read once when its model and data are ready
     def begin_trial(self, batch: int) -> None: ...
     def end_trial(self) -> tuple[int, int | None]: ...  # (peak compared with the budget, allocated peak or None)
-    def synchronize(self) -> None: ...
     def release(self) -> None: ...  # after every trial, an OOM included: free what it left
 
 
@@ -66,28 +65,35 @@ class FakeProbe:
     def end_trial(self) -> tuple[int, int | None]:
         return self.footprint(self.batch), None
 
-    def synchronize(self) -> None:
-        pass
-
     def release(self) -> None:
         self.released += 1
 
 
-class AcceleratorProbe:
+class _MeterProbe:
+    """A probe over a PeakMemory: reset at each trial's start, released after it."""
+
+    meter: PeakMemory
+
+    def begin_trial(self, batch: int) -> None:
+        self.meter.reset()
+
+    def release(self) -> None:
+        self.meter.release()
+
+
+class AcceleratorProbe(_MeterProbe):
     """CUDA (and ROCm) or XPU: the caching allocator's peak reserved bytes per trial (PeakMemory's
     reserved_bytes; its peak allocated is reported too) against free memory + what this process had reserved."""
 
     estimate = False
     predicts = False
 
-    def __init__(self, device, meter: PeakMemory | None = None) -> None:
+    def __init__(self, device, meter: PeakMemory) -> None:
         import torch
-
-        from core.devices import PeakMemory
 
         self.device = device
         self.kind = device.type
-        self.meter = meter or PeakMemory(device)
+        self.meter = meter
         self.api = getattr(torch, device.type)  # torch.cuda / torch.xpu: mem_get_info, memory_reserved
         self.oom_errors: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
         self.source = (
@@ -100,22 +106,13 @@ class AcceleratorProbe:
         free, _total = self.api.mem_get_info(self.device)
         return int(free + self.api.memory_reserved(self.device))
 
-    def begin_trial(self, batch: int) -> None:
-        self.meter.reset()
-
     def end_trial(self) -> tuple[int, int | None]:
         reading = self.meter.read()
         assert reading.reserved_bytes is not None and reading.peak_bytes is not None  # an accelerator reports both
         return int(reading.reserved_bytes), int(reading.peak_bytes)
 
-    def synchronize(self) -> None:
-        self.meter.synchronize()
 
-    def release(self) -> None:
-        self.meter.release()
-
-
-class CpuProbe:
+class CpuProbe(_MeterProbe):
     """The CPU: growth of the process's RSS peak during a trial above its RSS when the mode was ready, against
     MemAvailable (an estimate; see core.lab.batch_finder)."""
 
@@ -123,12 +120,10 @@ class CpuProbe:
     estimate = True
     predicts = True
 
-    def __init__(self, meter: PeakMemory | None = None) -> None:
+    def __init__(self, meter: PeakMemory) -> None:
         import torch
 
-        from core.devices import PeakMemory
-
-        self.meter = meter or PeakMemory(torch.device("cpu"))
+        self.meter = meter
         self.oom_errors: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
         self.resettable = self.meter.resettable
         how = "VmHWM reset per trial" if self.resettable else "ru_maxrss, never reset: conservative"
@@ -145,17 +140,8 @@ class CpuProbe:
             raise DeviceError("fit-batch on the CPU needs the available RAM, which psutil cannot read here")
         return available
 
-    def begin_trial(self, batch: int) -> None:
-        self.meter.reset()
-
     def end_trial(self) -> tuple[int, int | None]:
         return max(0, (self.meter.read().peak_bytes or 0) - self.base), None
-
-    def synchronize(self) -> None:
-        pass
-
-    def release(self) -> None:
-        self.meter.release()
 
 
 def make_probe(device) -> MemoryProbe:

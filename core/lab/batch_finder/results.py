@@ -4,10 +4,10 @@ Plain Python, no torch."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.lab import ToolResult
 from core.lab.timing import speed_ratio
 from core.text import size
 
@@ -23,7 +23,6 @@ FITS = "fits"
 OOM = "oom"  # the device ran out of memory: caught and released
 OVER_MARGIN = "over margin"  # ran, but its peak passed (1 - margin) x the limit
 PREDICTED_OVER = "predicted over"  # CPU: not run, its predicted footprint passes the budget
-FAILED_OUTCOMES = (OOM, OVER_MARGIN, PREDICTED_OVER)
 
 
 @dataclass
@@ -67,13 +66,9 @@ class ModeResult:
 
 
 @dataclass
-class BatchFinderResult:
+class BatchFinderResult(ToolResult):
     """The whole search: its settings, the device and memory source, and one ModeResult per requested mode."""
 
-    task: str
-    task_options: dict
-    device: str
-    device_name: str
     device_type: str
     memory_source: str
     estimate: bool  # True on the CPU: RSS against available RAM is an estimate
@@ -102,7 +97,7 @@ class BatchFinderResult:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `fit-batch --json` schema)."""
-        data = dataclasses.asdict(self)
+        data = super().to_dict()
         data["comparisons"] = self.comparisons
         best = self.best()
         data["best_mode"] = best.mode if best else None

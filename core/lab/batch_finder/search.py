@@ -64,10 +64,8 @@ def search_batch(
     tolerance: float = DEFAULT_TOLERANCE,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[int | None, int | None, list[Trial], bool]:
-    """Doubling then bisection over `try_batch(batch, phase) -> Trial`.
-
-    Returns (largest fitting batch or None, smallest failing batch or None, the trials in order, stopped).
-    """
+    """Doubling then bisection over `try_batch(batch, phase) -> Trial`: (largest fitting batch or None, smallest
+    failing batch or None, the trials in order, stopped)."""
     trials: list[Trial] = []
     fit: int | None = None
     failure: int | None = None
@@ -117,12 +115,9 @@ class FootprintPredictor:
             return None
         b2 = max(self.points)
         p2 = self.points[b2]
-        smaller = [b for b in self.points if b < b2]
-        if not smaller:
-            return math.ceil(p2 * batch / b2)
-        b1 = max(smaller)
-        slope = (p2 - self.points[b1]) / (b2 - b1)
-        if slope <= 0:  # noise (allocator caching): fall back to the conservative proportional figure
+        b1 = max((b for b in self.points if b < b2), default=None)
+        slope = (p2 - self.points[b1]) / (b2 - b1) if b1 is not None else 0.0
+        if slope <= 0:  # one point, or noise (allocator caching): the conservative proportional figure
             return math.ceil(p2 * batch / b2)
         return math.ceil(p2 + slope * (batch - b2))
 

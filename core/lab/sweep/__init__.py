@@ -1,12 +1,7 @@
-"""Small hyperparameter sweeps: a grid or a seeded random sample of settings, each trial a normal run in the sweep's
-folder under the runs root (`<date>-<time>-sweep-<task>/trial-01-lr=0.001/`), run one after another in this process
-or N at a time on device slots (core.lab.sweep.parallel). See docs/tuning.md.
-
-    plan_trials(base, grid=..., ranges=..., samples=..., seed=...) -> [Trial]   every trial validated first
-    create_sweep(base, trials, root=...) -> folder                              sweep.json: all pending
-    run_sweep(folder, progress=None, control=None, devices=None) -> SweepResult what is not done; stop/resume
-    sweep_table(folder, sort=None) -> rows; best_row(rows); continue_config(row) "train this one longer"
-
+"""Small hyperparameter sweeps (docs/tuning.md): a grid or a seeded random sample of settings (`plan_trials`, every
+trial validated first), each trial a normal run in the sweep's folder under the runs root
+(`<date>-<time>-sweep-<task>/trial-01-lr=0.001/`, `create_sweep`), run one after another in this process or N at a
+time on device slots (`run_sweep`, stop and resume), and the results (`sweep_table`, `best_row`, `continue_config`).
 The modules, each importing only those before it: plan, record, folder, trials, table, parallel, runner.
 """
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
 from pathlib import Path
 
 from core.config import RunConfig
-from core.engine.run_record import lower_is_better, now_iso, primary_metric, runs_root
+from core.engine.run_record import lower_is_better, new_run_folder, now_iso, primary_metric, runs_root
 from core.errors import ConfigError
 from core.files import atomic_write_bytes, lock_is_held
 from core.lab.sweep.plan import Axis, Trial, trial_name
@@ -19,11 +18,9 @@ LOCK_FILE = ".sweep.lock"
 SWEEP_VERSION = 1
 
 
-def new_sweep_folder(root: str | os.PathLike | None, task: str, when: datetime | None = None) -> Path:
+def new_sweep_folder(root: str | os.PathLike | None, task: str) -> Path:
     """Create <runs root>/<date>-<time>-sweep-<task> (or a -2, -3 sibling) and return it."""
-    when = when or datetime.now()
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in task)
-    base = runs_root(root) / f"{when:%Y%m%d-%H%M%S}-sweep-{safe}"
+    base = new_run_folder(runs_root(root), "sweep", task)
     for number in range(1, 1000):
         folder = base if number == 1 else base.with_name(f"{base.name}-{number}")
         try:
@@ -51,6 +48,7 @@ def create_sweep(
     folder.mkdir(parents=True, exist_ok=True)
     metric = base.monitor or primary_metric(base.task) or "loss"
     width = max(2, len(str(len(trials))))
+    names = [trial_name(t.index, t.params, width) for t in trials]
     data = {
         "version": SWEEP_VERSION,
         "kind": KIND,
@@ -69,8 +67,8 @@ def create_sweep(
         "trials": [
             {
                 "index": t.index,
-                "name": trial_name(t.index, t.params, width),
-                "folder": trial_name(t.index, t.params, width),
+                "name": name,
+                "folder": name,
                 "params": t.params,
                 "status": "pending",
                 "message": "",
@@ -79,7 +77,7 @@ def create_sweep(
                 "ended": None,
                 "attempts": 0,
             }
-            for t in trials
+            for t, name in zip(trials, names)
         ],
     }
     write_sweep(folder, data)
@@ -92,10 +90,6 @@ def write_sweep(folder: str | os.PathLike, data: dict) -> None:
     atomic_write_bytes(Path(folder) / SWEEP_FILE, payload.encode("utf-8"))
 
 
-def _raw_sweep(folder: Path) -> dict:
-    return read_sweep(folder)  # a checked record: every trial's folder lies inside the sweep's
-
-
 def sweep_in_use(folder: str | os.PathLike) -> bool:
     """Whether a live process is running this sweep (its lock cannot be taken)."""
     return lock_is_held(Path(folder) / LOCK_FILE)
@@ -105,7 +99,7 @@ def load_sweep(folder: str | os.PathLike) -> dict:
     """sweep.json, with "running" read as "interrupted" when no live process holds the sweep; "folder" added.
     ConfigError (field "sweep") when the folder holds no readable sweep."""
     folder = Path(folder)
-    data = _raw_sweep(folder)
+    data = read_sweep(folder)
     live = sweep_in_use(folder)
     if not live:
         for trial in data["trials"]:

@@ -1,9 +1,8 @@
-"""Sweep trials N at a time: one training process per device slot (run_sweep with `devices`).
-
-Each trial is `python -m core.cli train --events --config-stdin`, followed through its metrics.jsonl
-(core.engine.follow) and stopped with a checkpoint by a request in its folder. A child also stops when this process
-dies. Only this process writes sweep.json, from one thread. Trials left at automatic threads share the cores; spare
-processes load torch ahead for pending trials (`prestart`). No torch here.
+"""Sweep trials N at a time: one training process per device slot (run_sweep with `devices`). Each trial is
+`python -m core.cli train --events --config-stdin`, followed through its metrics.jsonl (core.engine.follow) and
+stopped with a checkpoint by a request in its folder. A child also stops when this process dies. Only this process
+writes sweep.json, from one thread. Trials left at automatic threads share the cores; spare processes load torch
+ahead for pending trials. No torch here.
 """
 
 from __future__ import annotations
@@ -35,16 +34,8 @@ if TYPE_CHECKING:
 STDERR_LINES = 40
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 _DISTRIBUTED_ENV = (
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "GROUP_RANK",
-    "ROLE_RANK",
-)
+    "WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID GROUP_RANK ROLE_RANK"
+).split()
 
 
 def parse_devices(spec, flag: str = "--devices") -> list[str]:
@@ -130,11 +121,9 @@ class _Child:
         self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
 
     def send(self, line: str) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # it has exited (or is exiting): nothing to tell it
             self.stdin.write(line + "\n")
             self.stdin.flush()
-        except (OSError, ValueError):  # it has exited (or is exiting): nothing to tell it
-            pass
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         if self.stopping is None:
@@ -152,58 +141,40 @@ class _Child:
 
 
 def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         for line in child.stdout:
             line = line.strip()
             if line.startswith("{"):
-                try:
+                with contextlib.suppress(ValueError):
                     inbox.put(("line", child, json.loads(line)))
-                except ValueError:
-                    continue
-    except (OSError, ValueError):
-        pass
     _close(child.stdout)
     code = child.proc.wait()
     inbox.put(("exit", child, code))
 
 
 def _close(stream) -> None:
-    try:
-        if stream is not None:
+    if stream is not None:
+        with contextlib.suppress(OSError, ValueError):
             stream.close()
-    except (OSError, ValueError):
-        pass
 
 
 def _read_stderr(child: _Child) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         for line in child.stderr:
             text = line.rstrip()
             if text.strip() and not set(text.strip()) <= {"*"}:
                 child.stderr_tail.append(text)
-    except (OSError, ValueError):
-        pass
     _close(child.stderr)
 
 
-def run_parallel(
-    folder: Path,
-    data: dict,
-    to_run: list[dict],
-    total: int,
-    emit,
-    control,
-    slots: list[str],
-    stop_grace: float | None = None,
-    prestart: bool = True,
-) -> None:
+def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit, control, slots: list[str]) -> None:
     """Run `to_run` (trial dicts of `data`, in order) on `slots`, one trial per slot at a time, until all have run or
     control.stop() (every running trial is then stopped and waited for). sweep.json is written on this thread only.
-    `prestart`: spare processes load torch ahead for pending trials, so a freed slot starts its next one at once."""
+    Spare processes load torch ahead for pending trials, so a freed slot starts its next one at once."""
     from core.engine.events import RunEnded, RunStarted, event_or_none
     from core.lab.sweep.trials import TrialEvent, begin_trial, end_trial, note_trial_folder
 
-    grace = STOP_GRACE_SECONDS if stop_grace is None else stop_grace
+    grace = STOP_GRACE_SECONDS
     inbox: queue.Queue = queue.Queue()
     pending = deque(to_run)
     free = list(range(len(slots)))
@@ -297,8 +268,7 @@ def run_parallel(
                 while free and pending:
                     free.sort()
                     start(free.pop(0), pending.popleft())
-                if prestart:
-                    top_up_spares()
+                top_up_spares()
             if not running:
                 break
             try:
@@ -341,10 +311,8 @@ def _discard(child: _Child) -> None:
     """End a spare that was given no trial (it holds no run and no files)."""
     child.kill()
     _close(child.stdin)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         child.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:

@@ -16,7 +16,12 @@ from core.config import FIELD_SPECS, TASK_OPTIMIZER_FIELDS, RunConfig
 from core.errors import ConfigError
 
 MAX_TRIALS = 1000
-NOT_SWEPT = ("task", "out_dir", "task_options")  # the task decides the options; out_dir is the trial's folder
+# Fields a sweep cannot vary -> why (the end of the error).
+NOT_SWEPT = {
+    "task": " (a sweep trains one task; start another sweep for another task)",
+    "out_dir": ": each trial gets its own folder in the sweep",
+    "task_options": "; sweep a task option by its name, e.g. hidden=16,32",
+}
 OPTION_PREFIX = "option."
 
 
@@ -40,18 +45,12 @@ class Axis:
         return self.key.removeprefix(OPTION_PREFIX)
 
     def to_dict(self) -> dict:
+        head = {"key": self.key, "target": self.target}
         if self.values:
-            return {"key": self.key, "target": self.target, "values": list(self.values)}
+            return head | {"values": list(self.values)}
         if self.choices:
-            return {"key": self.key, "target": self.target, "choices": list(self.choices)}
-        return {
-            "key": self.key,
-            "target": self.target,
-            "low": self.low,
-            "high": self.high,
-            "log": self.log,
-            "integer": self.integer,
-        }
+            return head | {"choices": list(self.choices)}
+        return head | {"low": self.low, "high": self.high, "log": self.log, "integer": self.integer}
 
 
 @dataclass(frozen=True)
@@ -69,29 +68,19 @@ def _fields() -> dict[str, Any]:
     return {f.name: f.type for f in dataclasses.fields(RunConfig)}
 
 
-def _field_kind(key: str) -> type:
-    kind = _fields()[key]
-    return {"int": int, "float": float, "str": str, "bool": bool}.get(
-        kind if isinstance(kind, str) else kind.__name__, str
-    )
+def _task_info(task: str):
+    """The task's TaskInfo; None for a task that is not known (its own error comes when it is validated)."""
+    from core.tasks import get_task_info
+
+    try:
+        return get_task_info(task)
+    except ConfigError:
+        return None
 
 
 def _task_options(task: str) -> dict:
-    from core.tasks import get_task_info
-
-    try:
-        return {o.name: o for o in get_task_info(task).options}
-    except ConfigError:
-        return {}
-
-
-def _own_optimizer(task: str) -> bool:
-    from core.tasks import get_task_info
-
-    try:
-        return get_task_info(task).own_optimizer
-    except ConfigError:
-        return False
+    info = _task_info(task)
+    return {o.name: o for o in info.options} if info else {}
 
 
 def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
@@ -106,18 +95,8 @@ def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
         return _unknown(key, name, task, options, flag)
     if key in _fields():
         if key in NOT_SWEPT:
-            raise ConfigError(
-                f"{flag} {key}",
-                f"{key} cannot be swept"
-                + (
-                    " (a sweep trains one task; start another sweep for another task)"
-                    if key == "task"
-                    else "; sweep a task option by its name, e.g. hidden=16,32"
-                    if key == "task_options"
-                    else ": each trial gets its own folder in the sweep"
-                ),
-            )
-        if key in TASK_OPTIMIZER_FIELDS and _own_optimizer(task):
+            raise ConfigError(f"{flag} {key}", f"{key} cannot be swept{NOT_SWEPT[key]}")
+        if key in TASK_OPTIMIZER_FIELDS and getattr(_task_info(task), "own_optimizer", False):
             raise ConfigError(
                 f"{flag} {key}",
                 f"task {task} chooses its optimizer (configure_optimizers): {key} does not reach it, so every trial "
@@ -133,21 +112,19 @@ def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
 def _unknown(key: str, name: str, task: str, options: dict, flag: str):
     known = [f for f in _fields() if f not in NOT_SWEPT] + list(options)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    if close:
-        raise ConfigError(
-            f"{flag} {key}", f"{name!r} is neither a setting nor an option of task {task} (did you mean {close[0]!r}?)"
-        )
-    raise ConfigError(
-        f"{flag} {key}",
-        f"{name!r} is neither a setting nor an option of task {task}; "
-        f"settings: {', '.join(f for f in FIELD_SPECS if f not in NOT_SWEPT)}; "
-        f"{task} options: {', '.join(options) or 'none'}",
+    hint = (
+        f" (did you mean {close[0]!r}?)"
+        if close
+        else f"; settings: {', '.join(f for f in FIELD_SPECS if f not in NOT_SWEPT)}; "
+        f"{task} options: {', '.join(options) or 'none'}"
     )
+    raise ConfigError(f"{flag} {key}", f"{name!r} is neither a setting nor an option of task {task}{hint}")
 
 
 def _value_kind(key: str, target: str, task: str) -> type:
     if target == "field":
-        return _field_kind(key)
+        kind = _fields()[key]  # a type's name (postponed annotations) or the type
+        return {"int": int, "float": float, "bool": bool}.get(kind if isinstance(kind, str) else kind.__name__, str)
     option = _task_options(task).get(key.removeprefix(OPTION_PREFIX))
     return type(option.default) if option is not None else str
 
@@ -157,25 +134,20 @@ def parse_value(text: str, kind: type, flag: str) -> Any:
     raw = text.strip()
     if not raw:
         raise ConfigError(flag, "an empty value in the list; give values separated by commas")
+    what = {bool: "true or false", int: "a whole number", float: "a finite number"}.get(kind)
+    if what is None:
+        return raw
+    if kind is bool and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
     try:
-        if kind is bool:
-            if raw.lower() not in ("true", "false"):
-                raise ValueError
-            return raw.lower() == "true"
-        if kind is int:
-            number = float(raw)
-            if not number.is_integer():
-                raise ValueError
-            return int(number)
-        if kind is float:
-            number = float(raw)
-            if not math.isfinite(number):
-                raise ValueError
-            return number
+        number = float(raw)
     except ValueError:
-        what = {bool: "true or false", int: "a whole number", float: "a finite number"}[kind]
-        raise ConfigError(flag, f"{raw!r} is not {what}") from None
-    return raw
+        number = math.nan  # not a number: no branch below takes it
+    if kind is int and number.is_integer():
+        return int(number)
+    if kind is float and math.isfinite(number):
+        return number
+    raise ConfigError(flag, f"{raw!r} is not {what}")
 
 
 def grid_axis(spec: str, task: str) -> Axis:
@@ -242,9 +214,8 @@ def _draw(axis: Axis, rng: random.Random) -> Any:
 
 def apply_params(base: RunConfig, params: dict, targets: dict[str, str]) -> RunConfig:
     """`base` with the trial's params: fields replaced, task options merged over the base's."""
-    fields = {k: v for k, v in params.items() if targets[k] == "field"}
+    changes = {k: v for k, v in params.items() if targets[k] == "field"}
     options = {k.removeprefix(OPTION_PREFIX): v for k, v in params.items() if targets[k] == "option"}
-    changes = dict(fields)
     if options:
         changes["task_options"] = {**base.task_options, **options}
     return base.replace(**changes)
@@ -292,7 +263,8 @@ def plan_trials(
             if key is None:
                 raise
             message = str(exc).split(": ", 1)[1]
-            raise ConfigError(f"{flag} {key}", f"trial {index} ({_describe(params)}): {message}") from None
+            described = ", ".join(f"{k}={short_value(v)}" for k, v in params.items())
+            raise ConfigError(f"{flag} {key}", f"trial {index} ({described}): {message}") from None
         trials.append(Trial(index, params, config))
     return trials
 
@@ -304,10 +276,6 @@ def _param_of(field_name: str, params: dict) -> str | None:
         if key.removeprefix(OPTION_PREFIX) == name:
             return key
     return None
-
-
-def _describe(params: dict) -> str:
-    return ", ".join(f"{k}={short_value(v)}" for k, v in params.items())
 
 
 def short_value(value: Any) -> str:

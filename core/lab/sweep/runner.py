@@ -4,6 +4,7 @@ device slots (core.lab.sweep.parallel), with the sweep's folder locked."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 from core.config import RunConfig
 from core.errors import ConfigError
 from core.files import try_lock
-from core.lab.sweep.folder import LOCK_FILE, _raw_sweep, write_sweep
+from core.lab.sweep.folder import LOCK_FILE, write_sweep
+from core.lab.sweep.record import read_sweep
 from core.lab.sweep.table import sweep_table
 from core.lab.sweep.trials import (
     SweepEnded,
@@ -78,9 +80,9 @@ def run_sweep(
     folder = Path(folder)
     control = control or RunControl()
     emit = progress or (lambda event: None)
-    _raw_sweep(folder)  # a clear error before the lock file is created in a folder that is not a sweep
+    read_sweep(folder)  # a clear error before the lock file is created in a folder that is not a sweep
     with _SweepLock(folder):
-        data = _raw_sweep(folder)  # we hold the lock: a trial still "running" was interrupted
+        data = read_sweep(folder)  # we hold the lock: a trial still "running" was interrupted
         for trial in data["trials"]:
             if trial.get("status") == "running":
                 trial["status"] = "interrupted"
@@ -113,9 +115,7 @@ def run_sweep(
         stopped = control.stop_requested and any(t.get("status") not in DONE for t in trials)
         data["status"] = "stopped" if stopped else "completed"
         write_sweep(folder, data)
-    counts: dict = {}
-    for trial in trials:
-        counts[trial["status"]] = counts.get(trial["status"], 0) + 1
+    counts = dict(Counter(trial["status"] for trial in trials))
     emit(SweepEnded(str(folder), data["status"], counts))
     return SweepResult(folder, data["status"], counts, sweep_table(folder))
 

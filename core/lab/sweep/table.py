@@ -14,6 +14,7 @@ from core.lab.sweep.folder import load_sweep
 from core.lab.sweep.trials import _checkpoint_of
 
 COLUMNS = ("best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps", "index", "status")
+_RUN_FIGURES = ("samples_per_second", "peak_memory_bytes", "wall_seconds", "steps", "total_steps")  # from run.json
 _DESCENDING = {"samples_per_second"}  # higher first; the others lower first (best follows the metric's mode)
 
 
@@ -35,11 +36,7 @@ def _row(data: dict, trial: dict, folder: Path) -> dict:
         "metric": data.get("metric"),
         "best": best.get("value") if best else None,
         "best_step": best.get("step") if best else None,
-        "samples_per_second": run.get("samples_per_second"),
-        "peak_memory_bytes": run.get("peak_memory_bytes"),
-        "wall_seconds": run.get("wall_seconds"),
-        "steps": run.get("steps"),
-        "total_steps": run.get("total_steps"),
+        **{key: run.get(key) for key in _RUN_FIGURES},
         "device": run.get("device") or trial.get("device"),
         "start_time": run.get("start_time"),
         "end_time": run.get("end_time"),

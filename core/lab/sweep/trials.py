@@ -72,10 +72,6 @@ class SweepResult:
     counts: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)  # sweep_table(folder)
 
-    @property
-    def failed(self) -> int:
-        return self.counts.get("failed", 0)
-
 
 def _checkpoint_of(folder: Path) -> Path | None:
     from core.engine.run_folder import CHECKPOINT_FILE
