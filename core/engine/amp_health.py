@@ -15,8 +15,8 @@ from torch import nn
 
 
 class RunFailed(Exception):
-    """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...). `nonfinite`: the
-    loss or gradients went inf/NaN, so nonfinite_fixes applies; `module`: the one that first produced it."""
+    """The run cannot go on. `nonfinite`: the loss or gradients went inf/NaN (nonfinite_fixes applies); `module`:
+    the one that first produced it."""
 
     def __init__(self, message: str, nonfinite: bool = False, module: str | None = None):
         super().__init__(message)
@@ -45,27 +45,23 @@ class NonFiniteWatch:
 
     def _hook(self, name: str):
         def check(module, inputs, output):
-            outputs = output if isinstance(output, (tuple, list)) else (output,)
-            for tensor in outputs:
+            for tensor in output if isinstance(output, (tuple, list)) else (output,):
                 if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-                    bad = ~torch.isfinite(tensor).all()
-                    if name in self._flags:
-                        self._flags[name] |= bad
-                    else:
-                        self._flags[name] = bad
-                        self._order.append(name)
+                    self._flag(name, ~torch.isfinite(tensor).all())
 
         return check
+
+    def _flag(self, name: str, bad: torch.Tensor) -> None:
+        if name in self._flags:
+            self._flags[name] |= bad
+        else:
+            self._flags[name] = bad
+            self._order.append(name)
 
     def flag_loss(self, loss: torch.Tensor) -> None:
         """Also watch the loss itself (it is computed outside any module)."""
         if self.armed:
-            bad = ~torch.isfinite(loss)
-            if "loss" in self._flags:
-                self._flags["loss"] |= bad
-            else:
-                self._flags["loss"] = bad
-                self._order.append("loss")
+            self._flag("loss", ~torch.isfinite(loss))
 
     def first_source(self) -> str | None:
         """The first module (or 'loss') whose output was non-finite since arming; resets the flags. One sync."""
@@ -81,8 +77,7 @@ class NonFiniteWatch:
         return None
 
     def after_interval(self, new_skips: int) -> str | None:
-        """At a log interval (fp16): what the armed hooks caught; arm them after a first overflow, disarm
-        them once an interval is quiet, so overflow-free training pays nothing for them."""
+        """At a log interval (fp16): what the armed hooks caught; arm after an overflow, disarm once quiet."""
         source = self.first_source() if self.armed else None
         if new_skips and not self.armed:
             self.arm()
@@ -108,10 +103,8 @@ def first_nonfinite_parameter(model: nn.Module) -> str | None:
 
 def nonfinite_source(watch: NonFiniteWatch, model: nn.Module, forward, restore=None) -> str | None:
     """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN, from one `forward()` with the
-    hooks armed (fp16 arms them after its first overflow instead). Without a scaler the failing steps already wrote
-    inf/NaN into the weights, which would blame the first poisoned layer: `restore()` puts the last good weights
-    back first (the run is failing: nothing is saved after this), and a module whose own weights are non-finite
-    is not named (the weights diverged; no one module overflows)."""
+    hooks armed. The failing steps already poisoned the weights, so `restore()` puts the last good ones back first
+    (nothing is saved after this), and a module whose own weights are non-finite is not named."""
     try:
         if restore is not None and first_nonfinite_parameter(model) is not None:
             restore()
@@ -149,20 +142,18 @@ def check_health(
     bad = None if plan.use_scaler else first_nonfinite_parameter(model)  # before source(), which may restore them
     module = source() if callable(source) else source
     first = f"; first produced by module {module}" if module else ""
-    if not plan.use_scaler:
-        where = f" (parameter {bad} is now non-finite)" if bad else ""
-        raise RunFailed(
-            f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}{first}; "
-            f"the last good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip",
-            nonfinite=True,
-            module=module,
+    if plan.use_scaler:
+        message = (
+            f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to "
+            f"{scale:g}{first}; the model diverged. Try bf16, a lower lr or grad_clip"
         )
-    raise RunFailed(
-        f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to {scale:g}{first}; "
-        f"the model diverged. Try bf16, a lower lr or grad_clip",
-        nonfinite=True,
-        module=module,
-    )
+    else:
+        where = f" (parameter {bad} is now non-finite)" if bad else ""
+        message = (
+            f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}{first}; "
+            f"the last good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip"
+        )
+    raise RunFailed(message, nonfinite=True, module=module)
 
 
 def nonfinite_fixes(
@@ -174,10 +165,8 @@ def nonfinite_fixes(
     module: str | None,
     own_optimizer: bool = False,
 ) -> list[dict]:
-    """Re-runs that may cure a divergence of run `cfg`, each {label, changes (config fields), resume (checkpoint or
-    None), note}: bf16 for fp16 where the device runs it, lr / 10 (not for a task's own optimizer, whose lr the
-    setting does not reach), fp32 for `module` (the one that first produced inf/NaN) and fp32 for the whole run.
-    Each trains into its own folder beside `folder`, its note naming the run and the fix."""
+    """Re-runs that may cure a divergence of run `cfg`, each {label, changes, resume, note}: bf16 for fp16, lr / 10
+    (not for a task's own optimizer), fp32 for `module` and fp32 for the run, each into a folder beside `folder`."""
     fixes: list[tuple[str, str, dict]] = []
     if mode == "fp16" and "bf16" in precisions:
         fixes.append(("bf16 instead of fp16", "bf16", {"precision": "bf16"}))

@@ -1,10 +1,8 @@
 """torch.compile and activation checkpointing for a run (RunConfig.compile, compile_mode, activation_checkpointing).
 
-Compile wraps the model (not the task's loss) after `.to(device)` and before DDP; `prepare` runs its first
-forward and backward before training's clock starts, so the compile time is reported apart. A compiler that
-fails makes the run go on eager, saying why; checkpoints hold the plain module's state dict. Activation
-checkpointing runs the blocks a task names (`checkpointable_blocks`) through `torch.utils.checkpoint`, wrapped
-in place, so their state-dict keys are unchanged.
+Compile wraps the model (not the task's loss) after `.to(device)` and before DDP; its first pass runs before the
+clock starts, so the compile time is reported apart; a failing compiler leaves the run eager, saying why.
+Activation checkpointing wraps the blocks a task names in place, so their state-dict keys are unchanged.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ _REASON_CHARS = 200
 
 
 def one_line(exc: BaseException) -> str:
-    """'InvalidCxxCompiler: No working C++ compiler found' (the first non-empty line, shortened) of the error at
-    the root of `exc`: dynamo wraps a backend's failure in BackendCompilerFailed ("backend='inductor' raised:")."""
+    """The first line (shortened) of the error at the root of `exc`: dynamo wraps a backend's failure in
+    BackendCompilerFailed."""
     seen = {id(exc)}
     while (inner := getattr(exc, "inner_exception", None) or exc.__cause__) is not None and id(inner) not in seen:
         seen.add(id(inner))
@@ -42,9 +40,8 @@ def compile_model(model: nn.Module, mode: str) -> nn.Module:
 
 
 def warm_up(model: nn.Module, first_pass: Callable[[nn.Module], None]) -> float:
-    """Run `first_pass(model)` (a forward and backward) and undo what it did to the run: RNG states (torch,
-    CUDA, numpy, Python), buffers (e.g. batch-norm statistics) and gradients. Returns its seconds; raises what
-    the pass raised (after the undo)."""
+    """Run `first_pass(model)` (a forward and backward) and undo what it did to the RNG states, buffers and
+    gradients; its seconds."""
     rng = capture_rng()
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     started = time.perf_counter()
@@ -66,7 +63,7 @@ def compile_for_run(
     model: nn.Module, mode: str, first_pass: Callable[[nn.Module], None], log: Callable[[str], None]
 ) -> tuple[nn.Module, float | None]:
     """The compiled model and its compile seconds, or the model itself and None after saying (through `log`,
-    one line) why it runs eager. `first_pass(m)` runs a forward and backward of `m` on the first batch."""
+    one line) why it runs eager."""
     try:
         # A fresh start: the graphs of earlier runs in this process (the GUI, a sweep's modes) would otherwise
         # count against dynamo's recompile limit, past which it silently runs eager.
@@ -86,8 +83,7 @@ def compile_for_run(
 
 
 def frames_compiled() -> int:
-    """How many times dynamo has compiled a frame in this process (a first compile or a recompile after a guard
-    failed; cached frames do not count). A run's steady state adds none: see `prepare`'s compile_frames."""
+    """How many frames dynamo has compiled (or recompiled) in this process; a run's steady state adds none."""
     from torch._dynamo.utils import counters
 
     return int(counters["frames"]["total"])
@@ -109,15 +105,11 @@ class _Checkpointed:
 
 
 def checkpoint_blocks(blocks: list[nn.Module]) -> int:
-    """Wrap each block's forward (in place: parameters and state-dict keys unchanged). Returns how many were
-    wrapped now (a block wrapped before is left as it is)."""
-    wrapped = 0
-    for block in blocks:
-        if isinstance(block.__dict__.get("forward"), _Checkpointed):
-            continue
+    """Wrap each block's forward in place; how many were wrapped now (one wrapped before is left as it is)."""
+    fresh = [block for block in dict.fromkeys(blocks) if not is_checkpointed(block)]
+    for block in fresh:
         block.forward = _Checkpointed(block, block.forward)
-        wrapped += 1
-    return wrapped
+    return len(fresh)
 
 
 def is_checkpointed(block: nn.Module) -> bool:
@@ -125,9 +117,8 @@ def is_checkpointed(block: nn.Module) -> bool:
 
 
 def checkpointable_blocks(task, model: nn.Module) -> list[nn.Module]:
-    """The blocks a run with activation_checkpointing recomputes: what the task's `checkpointed_blocks(model)`
-    returns, else the model's own `checkpointed_blocks()`, else none. User code opts in with either method;
-    a block is any module whose forward takes and returns tensors (e.g. a transformer layer)."""
+    """The blocks to recompute: the task's `checkpointed_blocks(model)`, else the model's own
+    `checkpointed_blocks()`, else none (a block: any module whose forward takes and returns tensors)."""
     from core.engine.checkpoints import unwrap_model
 
     chooser = getattr(task, "checkpointed_blocks", None)
@@ -138,8 +129,7 @@ def checkpointable_blocks(task, model: nn.Module) -> list[nn.Module]:
 
 
 def apply_activation_checkpointing(task, model: nn.Module) -> str:
-    """Checkpoint the blocks `task.checkpointed_blocks(model)` names; returns the one-line note for the run
-    (how many blocks, or that the task names none and the run goes on without it)."""
+    """Checkpoint the blocks checkpointable_blocks names; the one-line note for the run."""
     blocks = checkpointable_blocks(task, model)
     if not blocks:
         return (
@@ -157,10 +147,9 @@ def apply_activation_checkpointing(task, model: nn.Module) -> str:
 def prepare(
     model: nn.Module, cfg, task, plan, batches, epoch: int
 ) -> tuple[nn.Module, list[str], float | None, int | None]:
-    """Activation checkpointing and torch.compile for a run of `cfg` (activation_checkpointing, compile,
-    compile_mode), on the device-placed model before DDP, its first pass on the first batch of `epoch`. Returns
-    (the model to wrap: compiled, or the model itself; the notes for RunStarted; the compile's seconds and
-    frames_compiled() after the warm-up, both None when eager)."""
+    """Activation checkpointing and torch.compile for a run of `cfg`, on the device-placed model before DDP, its
+    first pass on the first batch of `epoch`: (the model to wrap, the notes for RunStarted, the compile's seconds
+    and frames_compiled() after the warm-up, both None when eager)."""
     notes = [apply_activation_checkpointing(task, model)] if cfg.activation_checkpointing else []
     if not cfg.compile:
         return model, notes, None, None

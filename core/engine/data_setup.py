@@ -1,9 +1,5 @@
 """The trainer's data, placed: tensor splits on the device (or pinned on the host), Dataset splits behind a
-DataLoader (core.data.loaders), and the notes a run starts with about them. See docs/tasks.md ("Data that does
-not fit in memory") and docs/ARCHITECTURE.md.
-
-A split that is a dict of tensors takes exactly the path it always has (EpochBatches' seeded permutation,
-sliced on the device): nothing here runs per step.
+DataLoader (core.data.loaders), and the notes a run starts with about them. Nothing here runs per step.
 """
 
 from __future__ import annotations
@@ -29,15 +25,9 @@ def place_data(data, cfg, task: str, device: torch.device, dist, memory_free: in
 
     batches: LoaderBatches | EpochBatches
     if is_dataset(data.train):
+        where = f"task {task}'s train split"
         batches = LoaderBatches(
-            data.train,
-            cfg.batch_size,
-            cfg.seed,
-            device,
-            dist.rank,
-            dist.world_size,
-            settings,
-            f"task {task}'s train split",
+            data.train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size, settings, where
         )
     else:
         train = place_split(data.train, device, keep_on_host=keep_on_host(data.train, device, memory_free))
@@ -84,8 +74,7 @@ def keep_on_host(train: dict[str, torch.Tensor], device: torch.device, memory_fr
 
 
 def values_per_sample(train) -> int:
-    """The numbers in one training sample's largest tensor (for the thread choice): a map-style Dataset's first
-    item; 1 for a stream (not read ahead of training)."""
+    """The numbers in one training sample's largest tensor (a Dataset's first item; 1 for a stream)."""
     if isinstance(train, IterableDataset):
         return 1
     if is_dataset(train):

@@ -1,8 +1,7 @@
 """Turn errors raised mid-run into messages a user can act on (device mismatch, out of memory, ...).
 
-Device mismatches get the most care: torch's message names two devices but not *what* is on the wrong one.
-explain_device_mismatch finds it: a parameter, buffer or plain tensor attribute of a module, a batch field, or
-(when all of those are fine) the module whose forward created the stray tensor, found by walking the traceback.
+Torch's device-mismatch message names two devices but not *what* is on the wrong one: explain_device_mismatch
+finds it (a parameter, buffer, tensor attribute or batch field, else the module and frame of the traceback).
 """
 
 from __future__ import annotations
@@ -66,7 +65,6 @@ class Misplaced:
     device: str
 
     def fix(self, device: str) -> str:
-        """How to put this tensor where it belongs."""
         if self.kind == "batch field":
             return f"move it with batch[{self.name!r}].to({device!r}) (or build the batch on the run's device)"
         if self.kind == "tensor attribute":
@@ -77,7 +75,6 @@ class Misplaced:
         return f"move the model with model.to({device!r}) after every change to its modules"
 
     def describe(self) -> str:
-        """'parameter fc1.weight of module fc1 (Linear) is on meta'."""
         where = f" of module {self.module or '(model)'} ({self.module_type})" if self.kind != "batch field" else ""
         return f"{self.kind} {self.name}{where} is on {self.device}"
 
@@ -111,8 +108,8 @@ def find_misplaced(model: nn.Module | None, batch: dict | None, device: torch.de
 def _failing_module(
     exc: BaseException, model: nn.Module | None, device: torch.device | None
 ) -> tuple[str | None, str | None, list[str]]:
-    """From the traceback: the innermost module forward, the last user frame ('file:line in function') and
-    the tensors held in user frames' locals that are not on `device` (e.g. an input moved elsewhere)."""
+    """From the traceback: the innermost module forward, the last user frame ('file:line in function') and the
+    tensors in user frames' locals that are not on `device`."""
     names = {id(m): (n or "(model)", type(m).__name__) for n, m in model.named_modules()} if model is not None else {}
     module, where, strays = None, None, []
     tb = exc.__traceback__
@@ -143,10 +140,8 @@ def explain_device_mismatch(
     device: torch.device | str | None = None,
     context: str = "",
 ) -> str | None:
-    """A message naming both devices, what is misplaced (module or batch field) and the .to(device) fix.
-
-    `context` (e.g. ' at step 3') follows the headline. None when `exc` is not a device mismatch.
-    """
+    """A message naming both devices, what is misplaced and the .to(device) fix (`context`, e.g. ' at step 3',
+    after the headline); None when `exc` is not a device mismatch."""
     devices = mismatch_devices(str(exc))
     if devices is None:
         return None
@@ -175,8 +170,7 @@ def explain_device_mismatch(
 
 @contextmanager
 def mismatch_as_device_error(model: nn.Module, batch: dict, device: torch.device):
-    """Around a step of the task's code: a device mismatch raised inside as a one-line DeviceError (what is on
-    the wrong device and the fix); any other error as it is."""
+    """A device mismatch raised inside as a one-line DeviceError; any other error as it is."""
     try:
         yield
     except RuntimeError as exc:
@@ -189,8 +183,7 @@ def mismatch_as_device_error(model: nn.Module, batch: dict, device: torch.device
 def explain_exception(
     exc: BaseException, step: int | None = None, batch_size: int | None = None, model=None, batches=None, device=None
 ) -> str:
-    """One paragraph naming what went wrong (at `step` of a run: its batch size, model, batches and device) and
-    how to fix it. A DDP peer's failure is the trainer's to explain (distributed.is_peer_failure)."""
+    """One paragraph naming what went wrong (at `step` of a run) and how to fix it."""
     at = f" at step {step:,}" if step is not None else ""
     text = str(exc).strip()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():

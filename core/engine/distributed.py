@@ -1,11 +1,9 @@
-"""Multi-process runs under torchrun: the process group, rank facts and the few collectives the trainer needs.
-
-We use PyTorch's own launcher and DistributedDataParallel; nothing here re-implements communication.
-See docs/ARCHITECTURE.md.
-"""
+"""Multi-process runs under torchrun: the process group, rank facts and the few collectives the trainer needs
+(PyTorch's own launcher and DistributedDataParallel; nothing here re-implements communication)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import os
@@ -22,8 +20,7 @@ TEST_EXIT_ENV = "AMP_CONSOLE_TEST_EXIT"  # tests: "RANK:STEP" makes that rank ex
 
 
 def test_exit_step(rank: int) -> int | None:
-    """The step at which this rank exits at once (os._exit(1)) to test restarts: from TEST_EXIT_ENV, and only
-    before torchrun has restarted the workers."""
+    """The step at which this rank exits at once to test restarts (TEST_EXIT_ENV), before any restart only."""
     wanted = os.environ.get(TEST_EXIT_ENV, "")
     if not wanted or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0"):
         return None
@@ -57,16 +54,14 @@ class DistContext:
 
 
 def init_process_group(ctx: DistContext, device: torch.device) -> None:
-    """NCCL for CUDA ranks, gloo otherwise, with torch's timeouts for the backend (30 minutes for gloo, 10 for
-    NCCL). A peer that dies is noticed sooner: its closed connections fail the survivors' next collective."""
+    """NCCL for CUDA ranks, gloo otherwise, with torch's timeouts for the backend."""
     if ctx.enabled and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **_attempt_store(ctx))
 
 
 def _attempt_store(ctx: DistContext) -> dict:
-    """Under torchrun's shared agent store, a store of this attempt's own keys. torchrun keeps one store server
-    for every restart (TCP store sharing), and without a prefix a restarted rank reads its peers' addresses of
-    the attempt before and connects to ranks that are gone (gloo's connectFullMesh waits out its timeout)."""
+    """Under torchrun's shared agent store, a store of this attempt's own keys: torchrun keeps one store for every
+    restart, and without a prefix a restarted rank would connect to the previous attempt's peers."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -85,20 +80,17 @@ def _attempt_store(ctx: DistContext) -> dict:
 
 
 def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
-    """Leave the process group. `agree` (a run that ended normally on every rank): wait for the other ranks
-    first, so no rank tears down its connections while a peer still has collectives in flight (gloo then
-    aborts the peer at exit: "terminate called without an active exception"). Not after a failure: a dead
-    peer would hold the survivors for the whole timeout."""
+    """Leave the process group. `agree` (a run that ended normally on every rank): wait for the other ranks first,
+    so none tears down its connections while a peer still has collectives in flight (gloo then aborts the peer
+    at exit). Not after a failure: a dead peer would hold the survivors for the whole timeout."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     if agree:
-        try:
+        with contextlib.suppress(Exception):
             if dist.get_backend() == "gloo":
                 dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_seconds))
             else:
                 dist.barrier()
-        except Exception:
-            pass
     dist.destroy_process_group()
 
 
@@ -112,8 +104,7 @@ def all_reduce_mean(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
 
 
 def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) -> list[int]:
-    """Rank 0's `values` on every rank (how a stop request and the next agreement point reach all ranks).
-    One small collective and one host read."""
+    """Rank 0's `values` on every rank: one small collective and one host read."""
     if not ctx.enabled:
         return list(values)
     tensor = torch.tensor(values, dtype=torch.int64, device=device)
@@ -122,29 +113,20 @@ def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) ->
 
 
 class StopAgreement:
-    """Whether the run stops before this step, and whether a timed checkpoint is due. Under DDP every rank must
-    stop (and save) at the same step, so rank 0 broadcasts its stop flag, whether a save is due (`save_due`) and
-    how many steps until the next agreement, so agreements come about every STOP_AGREE_SECONDS.
-
-    After each call `save` says whether the ranks agreed to write a checkpoint before this step, and
-    `out_of_time` whether rank 0's time-limit clock (`time_up`) says the run's wall-time budget is spent."""
+    """Whether the run stops before this step. Under DDP every rank must stop (and save) at the same step, so rank
+    0 broadcasts its stop flag, its clocks (`save_due`, `time_up`) and the steps until the next agreement, so
+    agreements come about every STOP_AGREE_SECONDS. After each call `save` says whether the ranks agreed to
+    write a checkpoint before this step, `out_of_time` whether the time limit is reached."""
 
     def __init__(
-        self,
-        control,
-        ctx: DistContext,
-        device: torch.device,
-        log_interval: int,
-        first_step: int,
-        save_due=None,
-        time_up=None,
+        self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int, save_due, time_up
     ):
         self.control = control  # the run's RunControl
         self.dist = ctx
         self.device = device
         self.log_interval = log_interval
-        self.save_due = save_due or (lambda: False)  # rank 0's checkpoint clock (the others' is not read)
-        self.time_up = time_up or (lambda: False)  # rank 0's time-limit clock, carried the same way
+        self.save_due = save_due  # rank 0's checkpoint clock (the others' is not read)
+        self.time_up = time_up  # rank 0's time-limit clock, carried the same way
         self.save = False
         self.out_of_time = False  # the ranks agreed that the time limit is reached: end the run as done
         self._next = first_step  # the step of the next agreement
@@ -218,21 +200,17 @@ def _gather_ragged(values: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]
 
 
 def gather_peers(ctx: DistContext, device: torch.device | None = None) -> list[tuple[str, int]]:
-    """(host, process id) of every rank, in rank order: one small collective at setup, so that a rank that
-    dies later can be named (see dead_peers). Empty for a single process."""
+    """(host, process id) of every rank, in rank order, so that a rank that dies later can be named."""
     if not ctx.enabled:
         return []
     own = f"{socket.gethostname()}\n{os.getpid()}".encode()
-    peers = []
-    for payload in all_gather_bytes(own, ctx, device or torch.device("cpu")):
-        host, pid = payload.decode().split("\n")
-        peers.append((host, int(pid)))
-    return peers
+    payloads = all_gather_bytes(own, ctx, device or torch.device("cpu"))
+    return [(host, int(pid)) for host, pid in (payload.decode().split("\n") for payload in payloads)]
 
 
 def dead_peers(peers: list[tuple[str, int]], own_rank: int, wait: float = 2.0) -> list[int]:
-    """The other ranks on this host (others can't be checked) whose process has ended, looked for during up to
-    `wait` seconds: a killed peer's sockets close a moment before its process is gone."""
+    """The other ranks on this host whose process has ended, looked for during up to `wait` seconds (a killed
+    peer's sockets close a moment before its process is gone)."""
     here, dead, waited_from = socket.gethostname(), [], time.perf_counter()
     while peers:
         dead = [r for r, (host, pid) in enumerate(peers) if host == here and r != own_rank and not _process_alive(pid)]
@@ -261,10 +239,9 @@ def wrap_ddp(model: torch.nn.Module, context: DistContext, device: torch.device)
 
 
 def task_loss(model: torch.nn.Module, loss):
-    """`loss(module, batch)` as a function of the batch, handed the user's own module (its methods and attributes)
-    even under DDP: there the whole loss runs inside DDP's forward (the module's `forward` redirected to it for
-    that one call, as Lightning's _DDPForwardRedirection does), so DDP prepares its gradient all-reduce as for
-    `model(x)`; a call that bypassed DDP's forward would leave the ranks' gradients unsynchronised."""
+    """`loss(module, batch)` as a function of the batch, handed the user's own module even under DDP: there the
+    whole loss runs inside DDP's forward (the module's `forward` redirected to it for that call, as Lightning's
+    _DDPForwardRedirection does), so DDP prepares its gradient all-reduce; bypassing it would not sync them."""
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return lambda batch: loss(model, batch)
     inner = model.module  # the user's module, or torch.compile's wrapper of it (which forwards attributes)

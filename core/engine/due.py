@@ -1,7 +1,5 @@
-"""What a run has to do besides stepping, and when: by step (log, evaluate, checkpoint by their intervals, end an
-epoch, end the run: `next_due`, worked out once per such step, so the steps between pay one comparison) and by
-wall time (the timed checkpoint and the time limit: `Deadlines`, monotonic times the loop compares one clock
-read with)."""
+"""What a run has to do besides stepping, and when: by step (`next_due`, worked out once per such step, so the
+steps between pay one comparison) and by wall time (`Deadlines`, which the loop compares one clock read with)."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ class Due(NamedTuple):
 
 
 def next_due(step: int, cfg: RunConfig, steps_per_epoch: int, total_steps: int) -> Due:
-    """The first step after `step` that logs, evaluates, checkpoints, ends an epoch or is the last (total_steps),
-    with what it does."""
+    """The first step after `step` that logs, evaluates, checkpoints, ends an epoch or is the last."""
     due = min(total_steps, (step // steps_per_epoch + 1) * steps_per_epoch)
     for every in (cfg.log_interval, cfg.eval_interval, cfg.checkpoint_interval):
         if every:
@@ -53,10 +50,9 @@ def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> tuple[int, str | None
 
 
 class Deadlines:
-    """The wall-clock deadlines of a run as monotonic times, inf when off: the next timed checkpoint
+    """The wall-clock deadlines of a run as `clock` times, inf when off: the next timed checkpoint
     (`checkpoint_minutes` after the last checkpoint.pt, or the start) and the end (`time_limit_minutes` after the
-    start, pauses included: a deadline does not wait), read from the one `clock` the run is given; under DDP rank
-    0's decides."""
+    start, pauses included)."""
 
     def __init__(self, checkpoint_minutes: float, time_limit_minutes: float, clock: Callable[[], float]):
         self.clock = clock

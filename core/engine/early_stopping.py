@@ -1,9 +1,7 @@
-"""Best checkpoints and early stopping: which validation evaluations improved the monitored metric.
-
-A `BestTracker` gets every validation value of the monitored metric; a value improves when it beats the best by
-more than `min_delta` (NaN/inf never do). It keeps the `keep` best (`best.pt`, or `best-step<N>.pt` each), ends
-the run after `patience` evaluations without an improvement, and at once past the `divergence` threshold. Its
-state is saved in every checkpoint (`best_tracker`) so a resumed run goes on counting.
+"""Best checkpoints and early stopping: a `BestTracker` gets every validation value of the monitored metric; a
+value improves when it beats the best by more than `min_delta` (NaN/inf never do). It keeps the `keep` best
+(`best.pt`, or `best-step<N>.pt` each), ends the run after `patience` evaluations without an improvement, and
+at once past the `divergence` threshold. Its state is saved in every checkpoint so a resume goes on counting.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ LOWER_IS_BETTER_WORDS = ("loss", "error", "mse", "mae", "perplexity")
 
 
 def resolve_mode(metric: str, mode: str) -> str:
-    """'max' or 'min': auto is min for names of losses and errors (LOWER_IS_BETTER_WORDS: loss, rmse, mae...),
-    else max. The one rule of the best checkpoint, early stopping, the history and the sweep."""
+    """'max' or 'min': auto is min for names of losses and errors (LOWER_IS_BETTER_WORDS), else max."""
     if mode in ("max", "min"):
         return mode
     name = metric.lower()
@@ -95,9 +92,8 @@ class BestTracker:
 
     @property
     def should_stop(self) -> bool:
-        if self.diverged is not None:
-            return True
-        return self.patience > 0 and self.best is not None and self.since_best >= self.patience
+        patience_out = self.patience > 0 and self.best is not None and self.since_best >= self.patience
+        return self.diverged is not None or patience_out
 
     def stop_message(self, split: str = "val") -> str:
         """e.g. 'no improvement in val ndcg@10_full_filtered for 5 evaluations; best 0.412 at step 3,000', or
@@ -121,19 +117,11 @@ class BestTracker:
 
     # ----------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
-        return {
-            "metric": self.metric,
-            "mode": self.mode,
-            "best": self.best,
-            "best_step": self.best_step,
-            "since_best": self.since_best,
-            "ranked": [dict(e) for e in self.ranked],
-            "last": self.last,
-        }
+        kept = {key: getattr(self, key) for key in ("metric", "mode", "best", "best_step", "since_best", "last")}
+        return {**kept, "ranked": [dict(e) for e in self.ranked]}
 
     def load_state_dict(self, state) -> str | None:
-        """Continue from a checkpoint's tracker state; a note when it is not used (another metric or mode, or
-        a state that is not one). Older checkpoints have none: the tracker starts fresh, silently."""
+        """Continue from a checkpoint's tracker state (None: start fresh, silently); a note when it is not used."""
         if state is None:
             return None
         problem = _state_problem(state)
@@ -182,13 +170,9 @@ def _state_problem(state) -> str | None:
 
 
 def tracker_for(cfg, primary_metric: str, metric_names: Callable[[], list[str]]) -> BestTracker | None:
-    """The tracker of a run's monitored metric, when best checkpoints or early stopping are on, else None.
-
-    The task's own primary metric needs no check; a metric the user named (`cfg.monitor`) must be one of
-    `metric_names()`, what the task reports on a few validation rows, so a wrong name is refused before the run
-    starts. A model that cannot even evaluate is left to fail in the run, where the failure is diagnosed
-    (core.engine.diagnosis), not here as a traceback.
-    """
+    """The tracker of a run's monitored metric, when best checkpoints or early stopping are on, else None. A
+    metric the user named must be one of `metric_names()` (what the task reports on a few validation rows); a
+    model that cannot even evaluate is left to fail in the run, where the failure is diagnosed."""
     if cfg.keep_best == 0 and cfg.early_stop_patience == 0 and cfg.early_stop_divergence == 0:
         return None
     metric = cfg.monitor or primary_metric

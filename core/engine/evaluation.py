@@ -1,11 +1,9 @@
 """Evaluating a split, shared out across the ranks of a DDP run; the Trainer's evaluations (Evaluating).
 
-Each rank evaluates a contiguous 1/N slice of the split; the task's sums are all-reduced and its per-row values
-all-gathered in rank order, so every rank ends with the metrics one process computes on the whole split. A task
-that only implements `evaluate`, or a Dataset split that cannot be shared out, is run on the whole split by
-every rank: the same figures, without the speed-up. A task's Metric objects (Task.metric_objects: torchmetrics
-or alike) are reset here, updated by the task per batch (Task.update_metrics) and computed after, synced across
-the ranks by torchmetrics itself where the ranks shared the split out, else not synced.
+Each rank evaluates a contiguous 1/N slice; the task's sums are all-reduced and its per-row values all-gathered
+in rank order, so every rank ends with the metrics of the whole split (a task that only implements `evaluate`,
+or a Dataset split that cannot be shared out, runs whole on every rank). A task's Metric objects are reset
+here, updated by the task per batch and computed after, synced by torchmetrics where the ranks shared the split.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ SAMPLES_MAX = 8  # rows of one Samples event
 
 
 def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor] | None:
-    """Rank `rank`'s contiguous share of a split's rows (sizes differ by at most one; views, no copies). A
-    Dataset split gives its share (core.data.loaders.DatasetSplit.share), None where it cannot be shared."""
+    """Rank `rank`'s contiguous share of a split's rows (views); a Dataset split's share, None where it has none."""
     if not isinstance(split, dict):
         return split.share(rank, world_size)
     rows = split_length(split)
@@ -49,9 +46,7 @@ def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> di
 def evaluate_split(
     task: Task, model: torch.nn.Module, split: dict[str, torch.Tensor], batch_size: int, dist: DistContext, autocast
 ) -> dict[str, float]:
-    """The task's metrics on `split` for the (unwrapped) model, under no_grad, eval mode and `autocast()`.
-    Under DDP every rank must call it, at the same point. bf16 weights (bf16-pure) evaluate as float32, cast back
-    after (exact both ways): a task may score outside autocast in float32, as the recommender's ranking does."""
+    """The task's metrics on `split` for the (unwrapped) model under `evaluating`; under DDP every rank calls it."""
     with evaluating(model, autocast):
         share = rank_slice(split, dist.rank, dist.world_size) if dist.enabled and task.shares_evaluation() else None
         objects = metric_objects(task, model)
@@ -66,8 +61,7 @@ def evaluate_split(
 
 
 def metric_objects(task: Task, model: torch.nn.Module) -> dict:
-    """The task's Metric objects, made once (Task.metric_objects), on the model's device and reset: what
-    Task.update_metrics updates during this evaluation."""
+    """The task's Metric objects, made once (Task.metric_objects), on the model's device and reset."""
     objects = task.__dict__.get("_metric_objects")
     if objects is None:
         objects = task.__dict__["_metric_objects"] = dict(task.metric_objects())
@@ -79,8 +73,7 @@ def metric_objects(task: Task, model: torch.nn.Module) -> dict:
 
 
 def computed(objects: dict, synced: bool) -> dict[str, float]:
-    """Each Metric object's value as a float; `synced`: torchmetrics gathers every rank's states first (where a
-    process group is up), else each rank computes its own (every rank saw the whole split)."""
+    """Each Metric object's value as a float; `synced`: torchmetrics gathers every rank's states first."""
     values = {}
     for name, metric in objects.items():
         metric.sync_on_compute = metric._to_sync = synced
@@ -93,7 +86,8 @@ def computed(objects: dict, synced: bool) -> dict[str, float]:
 
 @contextlib.contextmanager
 def evaluating(model: torch.nn.Module, autocast):
-    """no_grad, eval mode and `autocast()` for the block; bf16 weights as float32 (see evaluate_split), all put back."""
+    """no_grad, eval mode and `autocast()` for the block, all put back; bf16 weights as float32, cast back after
+    (exact both ways): a task may score outside autocast in float32, as the recommender's ranking does."""
     was_training, bf16 = model.training, {p.dtype for p in model.parameters()} == {torch.bfloat16}
     model.eval()
     if bf16:
@@ -108,8 +102,7 @@ def evaluating(model: torch.nn.Module, autocast):
 
 
 def task_samples(task: Task, model: torch.nn.Module, data, autocast) -> list[dict[str, str]]:
-    """Task.samples under `evaluating` (fp8's layers as plain_linears), capped (SAMPLES_MAX rows, each text cut to
-    SAMPLE_CHARS); [] for None."""
+    """Task.samples under `evaluating` (fp8's layers as plain_linears), capped; [] for None."""
     with evaluating(model, autocast), plain_linears(model):
         rows = task.samples(model, data) or []
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
@@ -119,8 +112,7 @@ def task_samples(task: Task, model: torch.nn.Module, data, autocast) -> list[dic
 
 class Evaluating(Checkpointing):
     """The Trainer's evaluations (core.engine.trainer mixes it in): metrics by every rank, samples on rank 0, the
-    tracker's best checkpoints and early stop. The names below are what it uses beyond Checkpointing's, with the
-    starting values of its own."""
+    tracker's best checkpoints and early stop."""
 
     task: Task
     val: Any
@@ -133,8 +125,7 @@ class Evaluating(Checkpointing):
     display_epoch: Callable[[], int]
 
     def evaluate(self, split: str = "val") -> dict:
-        """Metrics on the validation (or test) split, computed by every rank together (see
-        core.engine.evaluation); rank 0 reports them."""
+        """Metrics on the validation (or test) split, computed by every rank together; rank 0 reports them."""
         metrics = self._metrics(self.val if split == "val" else self.test)
         if split == "val":
             self._last_eval_step, self.state.last_metrics = self.state.step, metrics
@@ -146,8 +137,7 @@ class Evaluating(Checkpointing):
         return metrics
 
     def _samples(self) -> None:
-        """The task's samples of this evaluation (Task.samples), rank 0 alone. A failing hook is one warning (a
-        Samples event with its note, and a Python warning), then no more samples: the run goes on."""
+        """The task's samples of this evaluation, rank 0 alone; a failing hook is one warning, then no more."""
         try:
             rows = task_samples(self.task, self.raw_model, self.data, self.plan.autocast)
         except Exception as exc:
@@ -163,20 +153,17 @@ class Evaluating(Checkpointing):
             self._emit(Samples(step=self.state.step, rows=rows))
 
     def _metrics(self, split, dist: DistContext | None = None) -> dict:
-        """The task's metrics of the model on `split` (core.engine.evaluation), by every rank together."""
         return evaluate_split(
             self.task, self.raw_model, split, self.cfg.batch_size, dist or self.dist, self.plan.autocast
         )
 
     def _test_metrics_of(self, path: Path) -> dict:
-        """The test metrics of the weights in `path` (a best checkpoint); the model's own are put back."""
         return small_validation.test_weights(
             path, self.raw_model, self.dist, self.device, lambda: self._metrics(self.test)
         )
 
     def _make_tracker(self) -> BestTracker | None:
-        """The tracker of the monitored metric (see early_stopping.tracker_for; a metric the user named is checked on
-        a few validation rows, evaluated here alone), noting a validation split too small to choose by."""
+        """The tracker of the monitored metric (early_stopping.tracker_for), noting a validation split too small."""
         tracker = tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
         self.notes.extend(small_validation.start_notes(self.task, self.data, tracker) if self.dist.is_main else [])
         return tracker
@@ -185,9 +172,8 @@ class Evaluating(Checkpointing):
         return list(self._metrics(loaders.probe(self.data.val, 8, self.device), DistContext()))
 
     def _track(self, tracker: BestTracker, metrics: dict) -> None:
-        """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
-        Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
-        that evaluate on each rank alone), so the ranks save and stop alike."""
+        """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping. Every
+        rank takes rank 0's value (a task may evaluate on each rank alone), so the ranks save and stop alike."""
         value = metrics.get(tracker.metric)
         value = float("nan") if not isinstance(value, (int, float)) else float(value)
         if self.dist.enabled:  # the float's 64 bits as one int: exact
@@ -205,7 +191,6 @@ class Evaluating(Checkpointing):
             self._early_stop = tracker.stop_message()
 
     def _best_and_last(self, tracker: BestTracker) -> small_validation.BestAndLast | None:
-        """The best weights against the last on test too, at the end of a completed run (small_validation)."""
         return small_validation.best_and_last(
             tracker,
             small_validation.validation_size(self.task, self.data.val),

@@ -1,8 +1,5 @@
-"""Events the trainer emits, as dataclasses of plain values (frozen, but for the per-step StepMetrics).
-
-The trainer knows nothing of who listens: the GUI worker re-emits each as a Qt signal, the CLI draws a
-progress bar and writes metrics.jsonl. Events come at the log interval, never every step.
-"""
+"""Events the trainer emits, as dataclasses of plain values (frozen, but for the per-step StepMetrics); they come
+at the log interval, never every step, and the trainer knows nothing of who listens."""
 
 from __future__ import annotations
 
@@ -61,7 +58,7 @@ class EvalMetrics:
 @dataclass(frozen=True)
 class Samples:
     """A few of the task's answers at a validation evaluation (Task.samples): rows of {input, answer} as short
-    texts, the same inputs at every step, so that the answers can be compared from step to step."""
+    texts, the same inputs at every step."""
 
     step: int
     rows: list = field(default_factory=list)
@@ -95,9 +92,8 @@ class RunResumed:
 
 @dataclass(frozen=True)
 class ControlAcknowledged:
-    """A control request read from the run folder (core.engine.folder_control): `request` is its file name,
-    `seq` its number, `verb` pause | resume | stop. `accepted`: it was applied and its RunPaused, RunResumed or
-    RunEnded follows; otherwise `note` says why nothing follows (refused, or nothing to do)."""
+    """A control request read from the run folder (core.engine.folder_control): `request` is its file name.
+    `accepted`: its RunPaused, RunResumed or RunEnded follows; otherwise `note` says why nothing follows."""
 
     seq: int
     verb: str
@@ -145,8 +141,7 @@ _PLAIN = (int, float, str, bool, type(None))
 
 
 def event_to_dict(event: Event) -> dict:
-    """JSON-ready dict with the event's type name under 'event'. Fields of plain values (every StepMetrics) are
-    read as they are; dataclasses.asdict's deep copy is kept for events holding dicts or lists."""
+    """JSON-ready dict with the event's type name under 'event' (asdict's deep copy only for dicts or lists)."""
     cls = type(event)
     names = _FIELDS.get(cls)
     if names is None:
@@ -171,8 +166,7 @@ def event_from_dict(data: dict) -> Event:
 
 
 def event_or_none(data: dict) -> Event | None:
-    """`event_from_dict`, or None for a record that is no event this version knows (a newer writer's event, a
-    line of another program): readers of files and streams skip those."""
+    """`event_from_dict`, or None for a record that is no event this version knows."""
     try:
         return event_from_dict(data)
     except (KeyError, TypeError, ValueError):

@@ -1,13 +1,12 @@
 """The run folder's control channel: pause, resume and stop a run through files, from any process or machine that
-can write to its folder (the window's child process, `amp-console control`, a shell over ssh).
-
-`send_control` writes a request into `<run>/control/`; rank 0's daemon thread (FolderControl) polls that folder and
-calls the run's RunControl, so the training loop never touches the file system for it. Each request is acknowledged
-in the event stream (ControlAcknowledged). The file protocol is in docs/remote.md. Torch-free.
+can write to its folder. `send_control` writes a request into `<run>/control/`; rank 0's daemon thread
+(FolderControl) polls it and calls the run's RunControl, and acknowledges each request in the event stream
+(ControlAcknowledged). The file protocol is in docs/remote.md. Torch-free.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -60,8 +59,7 @@ def _check_control_folder(path: Path) -> bool:
 
 
 def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
-    """Write a `verb` request into the run folder's control folder (atomically) and return it. The caller
-    checks that a live run holds the folder (send_control does)."""
+    """Write a `verb` request into the run folder's control folder (atomically) and return it."""
     if verb not in VERBS:
         raise ControlError(f"{verb!r} is not a control request: use pause, resume or stop")
     folder = Path(run_folder) / CONTROL_FOLDER
@@ -76,13 +74,8 @@ def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
         _check_control_folder(folder)
     seq = 1 + max((int(m.group(1)) for m in map(_ANY.match, os.listdir(folder)) if m), default=0)
     name = f"{seq:06d}-{verb}-{secrets.token_hex(4)}.json"
-    payload = {
-        "seq": seq,
-        "verb": verb,
-        "holder": lock_holder(Path(run_folder)),
-        "by": _who(),
-        "written_at": time.time(),
-    }
+    holder = lock_holder(Path(run_folder))
+    payload = {"seq": seq, "verb": verb, "holder": holder, "by": _who(), "written_at": time.time()}
     try:
         atomic_write_bytes(folder / name, json.dumps(payload).encode("utf-8"))
     except OSError as exc:
@@ -99,9 +92,8 @@ def _who() -> str:
 
 
 class FolderControl:
-    """Rank 0's watcher of `<run>/control/`: applies each new request to `control` (a RunControl) and hands its
-    ControlAcknowledged to `acknowledge` first. `poll()` does one pass (tests call it); `start()` runs it on a
-    daemon thread every `poll_seconds` until `close()`."""
+    """Rank 0's watcher of `<run>/control/`: applies each new request to `control` (a RunControl), handing its
+    ControlAcknowledged to `acknowledge` first. `poll()` does one pass; `start()` runs it on a daemon thread."""
 
     def __init__(
         self,
@@ -176,20 +168,17 @@ class FolderControl:
             return None
         if record.get("verb") != verb:
             return self._answer(seq, verb, name, False, "refused: the file's verb differs from its name", ".refused")
-        control = self.control
-        if verb == "stop":
-            if control.stop_requested:
-                return self._answer(seq, verb, name, True, "already stopping")
-            return self._answer(seq, verb, name, True, "stopping after the current step", apply=control.stop)
-        if control.stop_requested:
+        control, stopping = self.control, self.control.stop_requested
+        if stopping and verb != "stop":
             return self._answer(seq, verb, name, False, "the run is stopping")
-        if verb == "pause":
-            if control.paused:
-                return self._answer(seq, verb, name, False, "already paused")
-            return self._answer(seq, verb, name, True, "pausing after the current step", apply=control.pause)
-        if not control.paused:
-            return self._answer(seq, verb, name, False, "not paused")
-        return self._answer(seq, verb, name, True, "resuming", apply=control.resume)
+        done, done_note, note, apply = {  # done already: acknowledged, nothing to apply
+            "stop": (stopping, "already stopping", "stopping after the current step", control.stop),
+            "pause": (control.paused, "already paused", "pausing after the current step", control.pause),
+            "resume": (not control.paused, "not paused", "resuming", control.resume),
+        }[verb]
+        if done:
+            return self._answer(seq, verb, name, verb == "stop", done_note)
+        return self._answer(seq, verb, name, True, note, apply=apply)
 
     def _answer(
         self,
@@ -202,7 +191,7 @@ class FolderControl:
         apply: Callable[[], None] | None = None,
     ) -> ControlAcknowledged:
         """Acknowledge, mark the file done, then apply: the acknowledgement comes before the event the request
-        leads to, and a stop's file is done before the run can end (and close this watcher) because of it."""
+        leads to, and a stop's file is done before the run can end because of it."""
         ack = ControlAcknowledged(seq=seq, verb=verb, request=name, accepted=accepted, note=note)
         self.acknowledge(ack)
         self._rename(self.folder / name, suffix)
@@ -212,10 +201,8 @@ class FolderControl:
 
     @staticmethod
     def _rename(path: Path, suffix: str) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the name is remembered as done: it is not applied twice
             os.replace(path, path.with_name(path.name + suffix))
-        except OSError:
-            pass  # the name is remembered as done: it is not applied twice
 
 
 # ----------------------------------------------------------------------------------------- requesting side
@@ -236,8 +223,8 @@ def send_control(
     run_folder: str | os.PathLike, verb: str, timeout: float = 30.0, on_event: Callable[[Event], None] | None = None
 ) -> ControlResult:
     """Ask the live run in `run_folder` to pause, resume or stop, and wait up to `timeout` seconds for the
-    acknowledgement and then for what it leads to. ControlError (one line) when no live run holds the folder,
-    or nothing acknowledged the request in time. `on_event`: every event read meanwhile."""
+    acknowledgement and what it leads to; ControlError when no live run holds the folder or none came in time.
+    `on_event`: every event read meanwhile."""
     from core.engine.follow import MetricsFollower
 
     folder = Path(run_folder)

@@ -1,9 +1,8 @@
 """Following a run's metrics.jsonl as it grows, by byte offset: every complete line once, in order, none lost.
 
-A line counts once its newline is written; a complete line that is not a JSON object is passed over, as
-core.files.read_jsonl does. The offset after each line is where a follower that went away resumes. Following ends
-when no live run holds the folder (see core.engine.run_folder) and nothing more is in the file. A child process
-tells its driver where its events start with one `run_start` line on stdout. Torch-free.
+A line counts once its newline is written (one that is not a JSON object is passed over); the offset after each
+is where a follower that went away resumes. Following ends when no live run holds the folder and nothing more is
+in the file. A child process tells its driver where its events start with one `run_start` line. Torch-free.
 """
 
 from __future__ import annotations
@@ -84,9 +83,8 @@ class MetricsFollower:
     def lines(
         self, deadline: float | None = None, stop: threading.Event | None = None, idle_seconds: float | None = None
     ) -> Iterator[FollowLine | None]:
-        """Every complete line as it is written, until the run is over (see the class doc). `deadline`: a
-        time.monotonic() to give up at; `stop`: an event that ends it; `idle_seconds`: yield None after that long
-        without a line (a heartbeat for a stream)."""
+        """Every complete line as it is written, until the run is over. `deadline`: a time.monotonic() to give up
+        at; `stop`: an event that ends it; `idle_seconds`: yield None after that long without a line."""
         quiet_since = time.monotonic()
         try:
             while True:
@@ -133,19 +131,14 @@ class MetricsFollower:
 
 
 def run_start(folder: str | os.PathLike) -> dict:
-    """`{"folder": F, "offset": N}`: N is where the last line of F's metrics.jsonl begins. Called as a run's
-    RunStarted has been written (and before any later line), it says where that run's events start."""
+    """`{"folder": F, "offset": N}`: N is where the last line of F's metrics.jsonl begins (called just after a
+    run's RunStarted, where that run's events start; 0 for an empty or no file)."""
     folder = os.path.abspath(folder)
-    return {"folder": folder, "offset": last_line_offset(Path(folder) / METRICS_FILE)}
-
-
-def last_line_offset(path: str | os.PathLike) -> int:
-    """The byte offset at which the last line of `path` (shorter than CHUNK) begins; 0 for an empty or no file."""
     try:
-        with open(path, "rb") as file:
-            start = max(0, file.seek(0, os.SEEK_END) - CHUNK)
+        with open(Path(folder) / METRICS_FILE, "rb") as file:
+            start = max(0, file.seek(0, os.SEEK_END) - CHUNK)  # RunStarted's line is shorter than CHUNK
             file.seek(start)
             tail = file.read()
     except OSError:
-        return 0
-    return start + tail.rfind(b"\n", 0, len(tail) - 1) + 1  # the newline before the last line's own
+        return {"folder": folder, "offset": 0}
+    return {"folder": folder, "offset": start + tail.rfind(b"\n", 0, len(tail) - 1) + 1}  # the newline before it

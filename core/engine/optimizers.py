@@ -1,8 +1,5 @@
-"""Optimizers and learning-rate schedules from a RunConfig. See docs/ARCHITECTURE.md.
-
-Weight decay applies to weight matrices only (the usual practice, as in nanoGPT): decaying biases, norm
-gains and embedding rows towards zero only hurts (an embedding row is decayed every step whether or not its
-item was in the batch).
+"""Optimizers and learning-rate schedules from a RunConfig. Weight decay applies to weight matrices only (as in
+nanoGPT): decaying biases, norm gains and embedding rows towards zero only hurts.
 """
 
 from __future__ import annotations
@@ -17,21 +14,16 @@ from core.devices import PRECISION_INSTALL
 from core.errors import ConfigError
 from core.text import size
 
-# Devices with fused SGD/Adam/AdamW kernels: one kernel per step instead of a loop over the parameters. On the
-# CPU torch's default is that per-parameter loop; fused is the same update (GradScaler's unscale and inf skip
-# included) in a quarter of the time on a small model.
+# Devices with fused SGD/Adam/AdamW kernels: one kernel per step instead of torch's default loop over the
+# parameters on the CPU, the same update in a quarter of the time on a small model.
 _FUSED_DEVICES = ("cpu", "cuda", "xpu", "mps")
-
 
 NO_DECAY_MODULES = (nn.Embedding, nn.EmbeddingBag)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """[decayed, not decayed] trainable parameters: decay only matrices (ndim >= 2) of Linear, conv-like and
-    attention layers; biases, norms and embedding tables are not decayed. Empty groups are left out.
-
-    Without weight decay the two groups would only differ in name, so there is one group of every trainable
-    parameter in model order: each group costs the optimizer a pass of its own every step."""
+    """[decayed, not decayed] trainable parameters (matrices but embedding tables; empty groups left out). Without
+    weight decay one group of every trainable parameter in model order: each group costs a pass every step."""
     if weight_decay == 0:
         return [{"params": trainable_parameters(model), "weight_decay": 0.0}]
     decay: list[nn.Parameter] = []
@@ -49,8 +41,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
-    """SGD with momentum, Adam or AdamW over `parameter_groups`; fused kernels where torch has them, its
-    default elsewhere; StochasticRounding's for bf16 weights (bf16-pure); bitsandbytes' 8-bit AdamW."""
+    """SGD with momentum, Adam or AdamW over `parameter_groups` (fused where torch has them; StochasticRounding's
+    for bf16 weights), or bitsandbytes' 8-bit AdamW."""
     groups = parameter_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adamw8bit":  # 8-bit states in blocks of 256 values (a tensor under 4096 values: 32-bit)
         try:
@@ -70,9 +62,8 @@ def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> t
 
 class StochasticRounding(torch.optim.Optimizer):
     """SGD (with momentum), Adam or AdamW (`kind`) on bfloat16 parameters and state: each step computes in float32
-    and writes the results back rounded stochastically (up with the probability of the dropped fraction), so an
-    update far below a weight's bf16 spacing still moves it on average. The random bits come from a generator
-    seeded by (seed, step, parameter index): the same on every DDP rank and the same after a resume."""
+    and writes back rounded stochastically, so an update far below a weight's bf16 spacing still moves it on
+    average. The random bits are seeded by (seed, step, parameter index): alike on every rank and after a resume."""
 
     def __init__(self, params, kind: str, lr: float, momentum: float = 0.9, seed: int = 0):
         defaults = {"lr": lr, "kind": kind, "momentum": momentum, "betas": (0.9, 0.999), "eps": 1e-8, "seed": seed}
@@ -120,8 +111,8 @@ class StochasticRounding(torch.optim.Optimizer):
 
 
 def _round_into(target: torch.Tensor, value: torch.Tensor, generator: torch.Generator) -> None:
-    """Write float32 `value` (a scratch tensor: its bits are changed) into bfloat16 `target`, rounded
-    stochastically: random low 16 bits added to the float32 bits, then cut off (an exact conversion)."""
+    """Write float32 `value` (a scratch tensor) into bfloat16 `target`, rounded stochastically: random low 16 bits
+    added to the float32 bits, then cut off."""
     if target.dtype != torch.float32:  # float32: a module of fp32_modules, written exactly
         noise = torch.randint(0, 1 << 16, value.shape, dtype=torch.int32, device=value.device, generator=generator)
         value = value.view(torch.int32).add_(noise).bitwise_and_(-65536).view(torch.float32)
@@ -129,8 +120,7 @@ def _round_into(target: torch.Tensor, value: torch.Tensor, generator: torch.Gene
 
 
 def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
-    """What bf16-pure saves (parameters, gradients and optimizer state in bf16 against fp32) and which tensors
-    adamw8bit keeps in 8 bits."""
+    """What bf16-pure saves against fp32 and which tensors adamw8bit keeps in 8 bits."""
     params = trainable_parameters(model)
     count, notes = sum(p.numel() for p in params), []
     if cfg.optimizer == "adamw8bit":
@@ -144,14 +134,12 @@ def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
         weights = sum(p.numel() * p.element_size() for p in params)  # bf16 but fp32_modules' float32
         state = (count, count) if cfg.optimizer == "adamw8bit" else (weights, 4 * count)  # bytes of a state
         now, fp32 = 2 * weights + states * state[0], 8 * count + states * state[1]
+        rounds = (
+            "bitsandbytes' step rounds to nearest" if cfg.optimizer == "adamw8bit" else "the step rounds stochastically"
+        )
         notes.append(
             f"bf16-pure: parameters, gradients and {cfg.optimizer} state take {size(now)} instead of {size(fp32)} "
-            f"in fp32 ({count:,} parameters; "
-            + (
-                "bitsandbytes' step rounds to nearest)"
-                if cfg.optimizer == "adamw8bit"
-                else "the step rounds stochastically)"
-            )
+            f"in fp32 ({count:,} parameters; {rounds})"
         )
     return notes
 
@@ -171,14 +159,13 @@ def task_optimizer_note(optimizer, scheduler, mode: str = "") -> str:
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The trainable parameters in model order, a shared (tied) one once (as Module.parameters gives them)."""
+    """The trainable parameters in model order, a shared (tied) one once."""
     return [p for p in model.parameters() if p.requires_grad]
 
 
 def regroup_one_group_state(optimizer_state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """A checkpoint's optimizer state in `optimizer`'s groups when the two differ only in how the same parameters
-    are grouped: one group of every trainable parameter in model order (a run without weight decay, or one
-    written before decay and no-decay groups) into decay and no-decay groups, or those two into one; else as is."""
+    are grouped (one group of every trainable parameter into decay and no-decay groups, or back); else as is."""
     groups, saved = optimizer.param_groups, optimizer_state["param_groups"]
     if sorted((len(saved), len(groups))) != [1, 2]:
         return optimizer_state
@@ -209,9 +196,8 @@ REQUIRED_STATE["adamw8bit"] = ("step",)  # bitsandbytes' states sit in one dict 
 def state_misfit(
     optimizer_state: dict, optimizer: torch.optim.Optimizer, kind: str, names: dict[int, str]
 ) -> str | None:
-    """Why `optimizer_state` (already in `optimizer`'s groups) cannot drive `optimizer` (of `kind`), or None:
-    an entry lacking what `kind` reads, or a tensor whose shape is not its parameter's. `names`: id(param) ->
-    parameter name, for the message."""
+    """Why `optimizer_state` (in `optimizer`'s groups) cannot drive `optimizer` of `kind`, or None: an entry lacking
+    what `kind` reads, or a tensor whose shape is not its parameter's. `names`: id(param) -> parameter name."""
     saved = [i for group in optimizer_state["param_groups"] for i in group["params"]]
     params = [p for group in optimizer.param_groups for p in group["params"]]
     by_id = dict(zip(saved, params))

@@ -1,13 +1,7 @@
-"""Precision modes -> autocast dtype, GradScaler on/off and the TF32 switch.
-
-fp32: no autocast.  tf32: fp32 parameters and activations, TF32 tensor-core matmuls (CUDA).
-fp16: autocast float16 + GradScaler.  bf16: autocast bfloat16, no scaler (same exponent range as fp32).
-Parameters stay float32 (autocast only changes what ops compute in), but in two modes:
-bf16-pure: parameters, gradients and optimizer state in bfloat16, the optimizer step rounding stochastically
-(core.engine.optimizers.StochasticRounding); autocast bf16 stays on so float32 inputs meet bf16 weights and
-losses compute in float32.  fp8: torchao's float8 training for the Linear layers that suit it
-(prepare_model), the other ops in bf16 autocast; emulated where the device has no float8 tensor cores.
-`fp32_modules` (any mode): the named modules run outside autocast on float32 inputs with float32 weights.
+"""Precision modes -> autocast dtype, GradScaler on/off and the TF32 switch: fp32 (no autocast), tf32 (TF32
+matmuls), fp16 (autocast float16 + GradScaler), bf16 (autocast bfloat16), bf16-pure (bf16 parameters, gradients
+and optimizer state, stochastic rounding, bf16 autocast on), fp8 (torchao's float8 Linear layers where they suit,
+the rest in bf16 autocast). `fp32_modules` (any mode): the named modules run outside autocast in float32.
 """
 
 from __future__ import annotations
@@ -57,7 +51,7 @@ class PrecisionPlan:
         return "tf32" if self.tf32 else "float32"
 
     def autocast(self):
-        """Context for forward + loss. A no-op context when autocast is off (cheaper than enabled=False)."""
+        """Context for forward + loss (a no-op one when autocast is off: cheaper than enabled=False)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
@@ -72,9 +66,8 @@ class PrecisionPlan:
         return f"{self.mode}: compute {self.compute_dtype_name}, params {params}, {scaler}"
 
     def prepare_model(self, model: nn.Module, fp32_modules: str = "") -> list[str]:
-        """Make `model` (on its device, before the optimizer is built) what the mode trains: bf16 weights for
-        bf16-pure, float8 Linear layers for fp8 (the notes say which and why the others are not), and the modules
-        `fp32_modules` names (comma-separated) in float32 whatever the mode."""
+        """Make `model` (on its device, before the optimizer is built) what the mode trains: bf16 weights, float8
+        Linear layers, and the modules `fp32_modules` names in float32; the notes say which."""
         kept = _fp32_modules(model, fp32_modules)
         if self.param_dtype != torch.float32:
             model.to(self.param_dtype)
@@ -86,7 +79,7 @@ class PrecisionPlan:
 
 
 def auto_mode(info: DeviceInfo) -> str:
-    """The best mode the device supports: bf16 on CUDA/XPU that have it, else fp16 on GPUs, fp32 on CPU."""
+    """The best mode the device supports: bf16 on CUDA/XPU that have it, else fp16 on GPUs, else fp32."""
     if info.type == "cpu":
         return "fp32"
     if "bf16" in info.precisions and info.type in ("cuda", "xpu"):
@@ -110,16 +103,13 @@ def resolve_precision(mode: str, info: DeviceInfo, fp8_recipe: str = "tensorwise
             f"{mode} is not available on {info.id} ({info.name}): {reason}. Supported there: {alternatives}"
         )
     if mode == "fp8" and fp8_recipe not in FP8_RECIPES[:2]:
-        raise PrecisionError(
-            f"fp8 recipe {fp8_recipe!r}: "
-            + (
-                "its high-precision weight gradient fails inside the bf16 autocast fp8 runs the other ops in "
-                "(pytorch/ao#4616)"
-                if fp8_recipe in FP8_RECIPES
-                else "unknown"
-            )
-            + "; choose tensorwise or rowwise"
+        why = (
+            "its high-precision weight gradient fails inside the bf16 autocast fp8 runs the other ops in "
+            "(pytorch/ao#4616)"
+            if fp8_recipe in FP8_RECIPES
+            else "unknown"
         )
+        raise PrecisionError(f"fp8 recipe {fp8_recipe!r}: {why}; choose tensorwise or rowwise")
     return PrecisionPlan(
         requested=requested,
         mode=mode,
@@ -152,9 +142,8 @@ def _fp32_forward(forward, device_type: str, *args, **kwargs):
 
 
 def _to_float8(model: nn.Module, recipe: str, emulate: bool, fp32: tuple[str, ...] = ()) -> list[str]:
-    """Swap the Linear layers that suit float8 for torchao's Float8Linear; one note naming them and the others
-    with the reason: the output layer (the last layer with weights, whose rounding reaches the loss directly) and
-    layers whose in or out features are not multiples of 16 (what float8 matmuls need) stay in bf16 autocast."""
+    """Swap the Linear layers that suit float8 for torchao's Float8Linear; one note naming them and the others with
+    the reason (the output layer, whose rounding reaches the loss directly; features not multiples of 16)."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as exc:
@@ -182,8 +171,7 @@ def _to_float8(model: nn.Module, recipe: str, emulate: bool, fp32: tuple[str, ..
 
 @contextlib.contextmanager
 def plain_linears(model: nn.Module):
-    """torchao's float8 training layers refuse inference_mode (what serving answers run under): for the block they
-    answer as the nn.Linear they are, in the caller's bf16 autocast."""
+    """torchao's float8 training layers refuse inference_mode: for the block they answer as plain nn.Linear."""
     float8 = sys.modules.get("torchao.float8.float8_linear")
     layers = [m for m in model.modules() if float8 is not None and isinstance(m, float8.Float8Linear)]
     for layer in layers:

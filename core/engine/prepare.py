@@ -21,9 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to start: its validated settings with an output folder, the precision that runs (what
-    `auto` resolves to; None when the folder was given and no device, or the device is not on this machine:
-    the run resolves it as it starts), the checkpoint it resumes from, loaded once, and notes for its log."""
+    """A run ready to start: its validated settings with an output folder, the precision that runs (None when the
+    run resolves it as it starts), the checkpoint it resumes from, loaded once, and notes for its log."""
 
     config: RunConfig
     mode: str | None
@@ -40,12 +39,10 @@ def prepare_run(
     state: dict | None = None,
     processes: int | None = None,
 ) -> PreparedRun:
-    """Task defaults < the checkpoint's settings (resuming) < each of `layers` in order (e.g. a config file,
-    then flags). A resumed run keeps its task and task options (they decide the model's shape) and writes
-    beside its checkpoint unless a layer names out_dir. A new run without out_dir gets a folder under the
-    runs root named by the precision that runs on `device` (asked of this machine when not given). `state`:
-    the checkpoint already loaded by the caller. A resume is checked against the run it continues (resume_notes:
-    the device, precision, `processes`, default torchrun's WORLD_SIZE, and versions)."""
+    """Task defaults < the checkpoint's settings (resuming) < each of `layers` in order (e.g. a config file, then
+    flags). A resumed run keeps its task and task options and writes beside its checkpoint unless a layer names
+    out_dir; a new run without one gets a folder under the runs root named by the precision that runs on
+    `device`. `state`: the checkpoint already loaded. A resume is checked against the run it continues."""
     user: dict = {}
     for layer in layers:
         columns = {**user.get("columns", {}), **layer["columns"]} if isinstance(layer.get("columns"), dict) else None
@@ -68,7 +65,7 @@ def prepare_run(
         values = RunConfig.for_task(task).to_dict() | user if isinstance(task, str) else user
     config = RunConfig.from_dict(values).validate()
     mode = _mode_that_runs(config, device)
-    config = with_folder(config, runs_dir, device)
+    config = resolve_out_dir(config, runs_dir, precision=mode)
     if state is not None:
         from core.engine.run_state import check_resume_target
 
@@ -97,9 +94,8 @@ def _device_here(config: RunConfig, asked: bool, device: DeviceInfo | None, name
 
 
 def resume_notes(state: dict, name: str, config: RunConfig, info: DeviceInfo, mode: str, processes: int) -> list[str]:
-    """What differs between the run that saved checkpoint `state` and this one (on `info`, in precision `mode`, on
-    `processes` processes, this version) and what that means: the resume stays exact, or not and why. Refuses
-    (ConfigError) only what cannot run here, with the reason. A Trainer that reads its checkpoint itself asks too."""
+    """What differs between the run that saved checkpoint `state` and this one (on `info`, in `mode`, on
+    `processes` processes, this version) and whether the resume stays exact; ConfigError for what cannot run."""
     from core.engine.checkpoints import library_versions
 
     if mode not in info.precisions:
@@ -169,8 +165,7 @@ def _ranks(first: int, last: int) -> str:
 
 
 def with_folder(config: RunConfig, runs_dir: str | None = None, device: DeviceInfo | None = None) -> RunConfig:
-    """`config` with its output folder: its own, else a new one under the runs root named by the task and the
-    precision that runs (bf16, not auto)."""
+    """`config` with its output folder: its own, else a new one named by the precision that runs (bf16, not auto)."""
     return resolve_out_dir(config, runs_dir, precision=_mode_that_runs(config, device))
 
 

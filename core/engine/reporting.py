@@ -39,14 +39,10 @@ _ENCODER = json.JSONEncoder(default=str)  # one encoder (json.dumps with default
 
 
 class EventLog:
-    """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink.
-
-    A write that fails (disk full, the folder removed or made read-only) never raises here: the file is given
-    up, `failure` names the path and the cause in one line, and the events still reach the sink; the trainer
-    reads `failure` and ends the run.
-
-    Opened with the run's RunControl, it also watches the run folder's control channel while open
-    (core.engine.folder_control), whose acknowledgements are emitted here too, so `emit` takes a lock."""
+    """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink. A failed write never
+    raises here: the file is given up, `failure` names the path and the cause (the trainer ends the run), and
+    the events still reach the sink. Opened with the run's RunControl, it also watches the folder's control
+    channel (core.engine.folder_control), whose acknowledgements are emitted here too, so `emit` takes a lock."""
 
     def __init__(self, is_main: bool):
         self.is_main = is_main
@@ -61,10 +57,8 @@ class EventLog:
         self.channel: FolderControl | None = None  # while open with a control
 
     def open(self, path: Path, tensorboard: bool = False, control=None, sink: Sink | None = None) -> None:
-        """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it too. Without
-        tensorboardX that is a ConfigError, raised before anything is opened (the run has not started). With
-        `control` (the run's RunControl), requests in the folder's control channel steer it, acknowledged
-        through `sink` like every event."""
+        """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it (a ConfigError
+        without tensorboardX, before anything is opened); with `control`, the folder's control channel."""
         live = None
         if tensorboard:
             try:
@@ -87,10 +81,8 @@ class EventLog:
             self.channel = FolderControl(self.path.parent, control, lambda ack: self.emit(ack, sink)).start()
 
     def emit(self, event: Event, sink: Sink | None) -> None:
-        """Write `event` (see the class doc) and hand it to the sink. A StepMetrics is only queued here: the
-        queue is turned into lines, run.json's fields and TensorBoard scalars at most every FLUSH_SECONDS, and
-        before any other event, so the per-step work at a log interval of 1 is an append (encoding a batch of
-        events at once keeps the encoder in the CPU's caches)."""
+        """Write `event` and hand it to the sink. A StepMetrics is only queued: the queue is written at most every
+        FLUSH_SECONDS and before any other event, so the per-step work at a log interval of 1 is an append."""
         if not self.is_main:
             return
         with self._lock:
@@ -107,8 +99,7 @@ class EventLog:
                 sink(event)
 
     def _write(self, flush: bool, events: list[Event] | None = None) -> None:
-        """`events` (by default the queued StepMetrics), in order: one write of their lines, then run.json and
-        TensorBoard."""
+        """`events` (by default the queued StepMetrics): one write of their lines, then run.json and TensorBoard."""
         if events is None:
             events, self._queued = self._queued, []
         if self._file is None and self.record is None and self.tensorboard is None:
@@ -122,7 +113,9 @@ class EventLog:
                     self._file.flush()
             except OSError as exc:
                 self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
-                self._give_up()
+                file, self._file = self._file, None
+                with contextlib.suppress(OSError):
+                    file.close()
         if self.record is not None:
             try:
                 for event in events:
@@ -138,7 +131,7 @@ class EventLog:
 
     def _extra_failed(self, which: str, exc: Exception) -> None:
         """Give up run.json or the live TensorBoard files (`which`) with one line on stderr (stdout may carry
-        the JSON events)."""
+        the events)."""
         cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         if which == "record":
             self.record = None
@@ -181,12 +174,6 @@ class EventLog:
                 self.failure = self.failure or f"could not write {self.path}: {describe_os_error(exc)}"
             self._file = None
 
-    def _give_up(self) -> None:
-        file, self._file = self._file, None
-        with contextlib.suppress(OSError):
-            if file is not None:
-                file.close()
-
 
 def _ends_mid_line(path: Path) -> bool:
     with open(path, "rb") as f:
@@ -197,8 +184,7 @@ def _ends_mid_line(path: Path) -> bool:
 
 
 class TrainingClock:
-    """Training time and samples, interval by interval. Evaluations, checkpoints and pauses are left out of
-    the throughput; reporting itself is not (no flattering)."""
+    """Training time and samples, interval by interval; evaluations, checkpoints and pauses are left out."""
 
     def __init__(self) -> None:
         self.started = self.interval_start = time.perf_counter()
@@ -223,9 +209,8 @@ class TrainingClock:
         return seconds, now
 
     def memory(self, device, fresh: bool = False) -> int | None:
-        """Memory in use on `device` (the resident set for the CPU, see resident_set_size), sampled at most
-        every MEMORY_SECONDS: at a log interval of 1 a read per step is a system call per step, and a
-        steady run's memory does not move faster than that. `fresh`: read now (the last step's event)."""
+        """Memory in use on `device` (the resident set for the CPU), read at most every MEMORY_SECONDS (a system
+        call per step at a log interval of 1) unless `fresh`."""
         now = time.perf_counter()
         if fresh or now - self._memory_at >= MEMORY_SECONDS:
             self._memory = resident_set_size() if device.type == "cpu" else memory_in_use(device)
@@ -242,8 +227,7 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def resident_set_size() -> int | None:
-    """This process's resident set in bytes (what memory_in_use reports for the CPU), read with one pread on a
-    descriptor of /proc/self/statm kept open, instead of an open, read and close at every log. None where
+    """This process's resident set in bytes, one pread on a descriptor of /proc/self/statm kept open; None where
     there is no /proc."""
     global _statm
     pid = os.getpid()
@@ -264,9 +248,8 @@ FEW_STEPS = 100  # a run this short that ends near its baseline has barely train
 
 
 def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | None) -> str:
-    """'val accuracy 0.517 is near its baseline 0.500 after only 14 optimizer steps: ...' when a completed run
-    of fewer than FEW_STEPS steps ends with its primary metric within 2 points (or 5%) of the task's baseline,
-    else ''. The model has barely trained: a summary should say so, and what to change."""
+    """'val accuracy 0.517 is near its baseline 0.500 after only 14 optimizer steps: ...' when a run of fewer than
+    FEW_STEPS steps ends with its primary metric within 2 points (or 5%) of the task's baseline, else ''."""
     value, base = metrics.get(primary), baseline.get(primary)
     if steps >= FEW_STEPS or not _finite(value) or not _finite(base):
         return ""
@@ -286,11 +269,6 @@ RECORD_VERSION = 1
 WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see RunRecord)
 
 
-def _versions() -> dict:
-    torch = sys.modules.get("torch")
-    return {"python": platform.python_version(), "torch": getattr(torch, "__version__", None)}
-
-
 def json_ready(value):
     """JSON has no NaN or inf: those are written as strings ('nan', 'inf')."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
@@ -303,9 +281,7 @@ def json_ready(value):
 
 
 class RunRecord:
-    """The run.json of one run folder (read back by core.engine.run_record), folded from the run's events: written
-    atomically at RunStarted, each last checkpoint and RunEnded, evaluations and best checkpoints at most every
-    WRITE_SECONDS."""
+    """The run.json of one run folder (read back by core.engine.run_record), folded from the run's events."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
@@ -318,9 +294,8 @@ class RunRecord:
         self._earlier = earlier if isinstance(earlier, dict) else None
 
     def update(self, event) -> None:
-        """Fold one event into the record and write it when it changed what run.json says: at once for the
-        start, a last checkpoint and the end; for evaluations and best checkpoints once WRITE_SECONDS have
-        passed since the last write (until then they are pending, written by the next event after that)."""
+        """Fold one event into the record and write it: at once for the start, a last checkpoint and the end;
+        evaluations and best checkpoints once WRITE_SECONDS have passed since the last write (else pending)."""
         data = self.data
         if type(event) is StepMetrics and data is not None:  # the event of every logged step: straight here
             memory = event.memory_bytes
@@ -378,7 +353,10 @@ class RunRecord:
             "device_name": getattr(event, "device_name", None),
             "precision": event.precision,
             "autocast_dtype": event.autocast_dtype,
-            "versions": _versions(),
+            "versions": {
+                "python": platform.python_version(),
+                "torch": getattr(sys.modules.get("torch"), "__version__", None),
+            },
             "start_time": earlier.get("start_time") or now_iso(),
             "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
             # restarts by torchrun or a requeued SLURM job: count, by, step, reason, last_step, at
@@ -420,12 +398,9 @@ class RunRecord:
         if not isinstance(value, (int, float)) or value != value:
             return
         old = best.get("value")
-        better = (
-            old is None
-            or not isinstance(old, (int, float))
-            or (value < old if lower_is_better(best["name"], self._mode) else value > old)
-        )
-        if better:
+        if not isinstance(old, (int, float)) or (
+            value < old if lower_is_better(best["name"], self._mode) else value > old
+        ):
             data["best"] = {"name": best["name"], "value": value, "step": event.step}
 
     def _ended(self, data: dict, event) -> None:
@@ -441,10 +416,8 @@ class RunRecord:
         if event.final_loss is not None:
             data["final_loss"] = event.final_loss
         if event.checkpoint_advice and data.get("best"):  # its test metrics beside test_metrics (the last's)
-            data["best"].update(
-                test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
-            )
-            data["best"]["use"] = event.advised_checkpoint
+            best = {"test_metrics": dict(event.best_test_metrics), "test_step": event.best_step}
+            data["best"].update(best, advice=event.checkpoint_advice, use=event.advised_checkpoint)
         if event.metrics:
             data["metrics"] = dict(event.metrics)
         if event.checkpoint:

@@ -23,9 +23,7 @@ class RunDeleteError(Exception):
 
 
 def check_deletable(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
-    """`folder` as an absolute path when it may be deleted as a run of the runs root `root`: a real folder
-    strictly under `root`, reached without a link (the root itself may be one), that no live run holds.
-    RunDeleteError says why not."""
+    """`folder` as an absolute path when it may be deleted (see the module doc); RunDeleteError says why not."""
     shown = shown_path(folder)
     base, path = Path(os.path.abspath(root)), Path(os.path.abspath(folder))
     try:
@@ -60,10 +58,8 @@ def check_deletable(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
 
 
 def delete_run(root: str | os.PathLike, folder: str | os.PathLike) -> None:
-    """Delete the run folder `folder` of the runs root `root` and everything in it, after check_deletable.
-    The folder is reached from the root one folder at a time without following a link, and links inside it are
-    removed, never followed (shutil.rmtree's descriptor-based walk), so nothing outside the root is touched even
-    if a part of the path is swapped for a link meanwhile. An OS error is a RunDeleteError (one line)."""
+    """Delete the run folder `folder` of the runs root `root` after check_deletable, reached by descriptors one
+    part at a time (so a part swapped for a link meanwhile is not followed); an OS error is a RunDeleteError."""
     path = check_deletable(root, folder)
     base = Path(os.path.abspath(root))
     parts = path.relative_to(base).parts

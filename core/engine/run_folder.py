@@ -1,9 +1,7 @@
-"""Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
-
-A fresh run takes the folder it was given, or, when that holds an earlier or a live run, the first free
-`folder-2`, `folder-3`, ... beside it. The claim is an exclusive lock (core.files.try_lock) on `.run.lock`, held
-for the run's life and dropped by the OS however the process ends. A resume continues in its own folder unless
-a live run holds it. The torchrun launcher claims the folder and tells rank 0 through HELD_ENV.
+"""Claiming a run folder: one run writes to a folder at a time, from before its first file to its end. A fresh
+run takes the folder it was given, or, when that holds an earlier or a live run, the first free `folder-2`, ...
+beside it. The claim is an exclusive lock on `.run.lock`, dropped by the OS however the process ends. A resume
+continues in its own folder unless a live run holds it; torchrun's launcher claims it for rank 0 (HELD_ENV).
 """
 
 from __future__ import annotations
@@ -56,18 +54,15 @@ class ClaimedFolder:
         return f"{self.requested} holds an earlier run, which is kept: this run writes to {self.path}"
 
     def release(self, remove_if_unused: bool = False) -> None:
-        """Let go of the folder. `remove_if_unused`: a run that never started removes the folder it created
-        if nothing but the lock file is in it."""
+        """Let go of the folder; `remove_if_unused`: remove the folder this claim created if it holds only the lock."""
         if self._fd is None:
             return
         try:
             if remove_if_unused and self.created:
-                try:
+                with contextlib.suppress(OSError):
                     if [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
                         os.unlink(self.path / LOCK_FILE)  # while still locked: no one else claimed it meanwhile
                         os.rmdir(self.path)
-                except OSError:
-                    pass
         finally:
             os.close(self._fd)
             self._fd = None
@@ -102,10 +97,9 @@ def is_in_use(folder: str | os.PathLike) -> bool:
 
 
 def recorded_checkpoint(folder: str | os.PathLike, recorded: str) -> Path:
-    """The checkpoint file run.json records as `recorded`, never outside the run folder `folder`, whatever
-    run.json holds: a path inside the folder as written; for an absolute path elsewhere (the folder was moved or
-    copied), the file of that name in the folder. FileNotFoundError when there is no such file; UnreadableFile
-    (one line) for a `..`, an absolute path elsewhere with no file of its name here, or a link out of the folder."""
+    """The checkpoint file run.json records as `recorded`, never outside the run folder: a path inside it as
+    written, else (the folder was moved) the file of that name in it. FileNotFoundError when there is none;
+    UnreadableFile (one line) for a `..`, an absolute path elsewhere with no such file here, or a link out."""
     folder = Path(folder)
     path = Path(recorded)
     shown = printable(shown_path(recorded))
@@ -127,11 +121,9 @@ def recorded_checkpoint(folder: str | os.PathLike, recorded: str) -> Path:
 def claim_run_folder(
     requested: str | os.PathLike, resume_from: str | os.PathLike | None = None, keep: bool = False
 ) -> ClaimedFolder:
-    """Claim the folder a run writes to (see the module doc): `requested`, or the first free sibling
-    `requested-2`, `-3`, ... when it holds an earlier run or a live run holds it. A run resumed from the
-    checkpoint in `requested` itself continues there; if a live run holds that folder the resume is refused.
-    `keep`: continue in `requested` as a resume does (a multi-node run's rank 0: its launchers checked the folder).
-    Problems with the path (no permission, a file in the way, ...) are ConfigErrors naming it and the cause."""
+    """Claim the folder a run writes to (see the module doc). A run resumed from the checkpoint in `requested`
+    continues there, refused if a live run holds it; `keep`: continue in `requested` as a resume does. Problems
+    with the path are ConfigErrors naming it and the cause."""
     requested = Path(requested)
     if keep or (resume_from is not None and _same_path(Path(resume_from).parent, requested)):
         claimed = _try_claim(requested, requested, keep_run=True)
@@ -186,11 +178,9 @@ def _try_claim(folder: Path, requested: Path, keep_run: bool) -> ClaimedFolder |
     if not keep_run and holds_a_run(folder):  # a run wrote its first files between our check and the lock
         os.close(fd)
         return None
-    try:
+    with contextlib.suppress(OSError):  # the pid is a courtesy for messages; the lock is what counts
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-    except OSError:
-        pass  # the pid is a courtesy for messages; the lock is what counts
     return ClaimedFolder(folder, fd, created, requested, _remove_temp_files(folder))
 
 
@@ -220,9 +210,7 @@ def _remove_temp_files(folder: Path) -> list[str]:
         return removed
     for entry in entries:
         if _TEMP_FILE.match(entry.name) and entry.is_file(follow_symlinks=False):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(entry.path)
                 removed.append(entry.name)
-            except OSError:
-                pass
     return sorted(removed)

@@ -1,10 +1,7 @@
 """The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns per run folder
-(sqlite3, torch-free); the folders stay the truth.
-
-A row is keyed by the folder's name under the root and a signature (the lstat of SIGNED_FILES); a folder whose
-signature differs, that changed within RACY_SECONDS, or whose record is unreadable, is read again. A missing,
-corrupt, locked or unwritable index means a listing without it; each call writes what changed in one short
-transaction (core.engine.run_index_store), so processes may list at once.
+(torch-free); the folders stay the truth. A row is keyed by the folder's name under the root and a signature (the
+lstat of SIGNED_FILES); a folder whose signature differs, that changed within RACY_SECONDS, or whose record is
+unreadable, is read again. A missing, corrupt, locked or unwritable index means a listing without it.
 """
 
 from __future__ import annotations
@@ -42,24 +39,20 @@ _ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=Fa
 
 
 def indexed_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, from the
-    index where a folder is unchanged (see the module doc)."""
+    """Every run under `root` (its subfolders, and theirs), newest first: read_run's dicts, from the index."""
     return _refresh(Path(root), parts="full")[0]
 
 
 def listed_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root`, newest first, as its LISTED fields (None when it has no such field) and its
-    folder: what a list of thousands of runs shows, parsed from a short array per run."""
+    """Every run under `root`, newest first, as its LISTED fields and its folder (a short array per run)."""
     return _refresh(Path(root), parts="listed")[0]
 
 
 def indexed_records(root: str | os.PathLike, batch=None) -> tuple[list[dict], list[str]]:
-    """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text.
-    For a list that holds thousands of runs (the window's history): it parses the bulky parts only of the
-    runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk. `batch`: called
-    with such a pair of the runs read from their folders since the last call, after BATCH_SECONDS of reading
-    and then after half the time read so far (a list shown before a cold index is built, a few times), those
-    rows saved to the index first."""
+    """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text (for
+    the window's history: full_record parses those of the runs it opens). `batch`: called with such a pair of the
+    runs read from their folders since the last call, after BATCH_SECONDS of reading and then after half the
+    time read so far, those rows saved to the index first."""
     return _refresh(Path(root), parts="split", batch=batch)
 
 
@@ -73,11 +66,9 @@ def full_record(brief: dict, bulk: str) -> dict:
 
 
 def runs_named(root: str | os.PathLike, keys) -> list[dict]:
-    """The runs under `root` that any of `keys` could name: an id equal to it or starting with it, or a name
-    equal to it (core.cli.runs.resolve picks among them). Only the folders that could hold one are checked:
-    those whose indexed record matches, those the index does not know yet and those that hold no run of their
-    own (a sweep's, for its trials); when that finds no run for a key, every folder is checked, as for
-    indexed_runs. Only the matching records are parsed."""
+    """The runs under `root` that any of `keys` could name (an id equal to it or starting with it, or a name equal
+    to it). Only the folders that could hold one are checked (matching in the index, unknown to it, or holding
+    no run of their own); when that finds no run for a key, every folder is."""
     keys = [str(k) for k in keys]
     runs, _bulks = _refresh(Path(root), parts=None, keys=keys, quick=True)
     matched = [k for k in keys if any(_names(run, [k]) for run in runs)]
@@ -92,11 +83,9 @@ def runs_named(root: str | os.PathLike, keys) -> list[dict]:
 def _refresh(
     root: Path, parts: str | None, keys: list[str] | None = None, quick: bool = False, batch=None
 ) -> tuple[list[dict], list]:
-    """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
-    JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
-    the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "split",
-    "listed"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
-    that could hold a match are looked at (see runs_named)."""
+    """Every run under `root` (those `keys` may name when given), newest first, and their bulky parts as JSON when
+    `parts` is "split" (else a list of None), the index brought up to date. `parts`: what of the stored records
+    to read ("full", "split", "listed"; None: the matches of `keys`, afterwards). `quick`: see runs_named."""
     index = root / INDEX_FILE
     db, writable = open_index(index)
     try:
@@ -137,10 +126,8 @@ def _refresh(
 
 
 def _scan(root: Path, cached: Cache, skip=None, split: bool = False, listed: bool = False, on_batch=None):
-    """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
-    to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
-    gone). `split`: a run read afresh is kept brief (see _select); `listed`: as its LISTED fields. `on_batch`:
-    called with the scan as runs are read (see indexed_records)."""
+    """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows to
+    write and the keys gone. `skip`: folders not to look at (nothing is then gone)."""
     scan = _Scan(cached, split, listed, on_batch)
     try:
         with os.scandir(root) as entries:
@@ -174,9 +161,8 @@ class _Scan:
         self.seen: set[str] = set()
 
     def visit(self, key: str, folder: str, top: bool) -> list[str]:
-        """Take in the folder `key`: a run (from the index when its signature matches, else read), or, at the
-        top level, a folder that is none: the subfolders to look into (one level down only those with a
-        run.json count, as they always have)."""
+        """Take in the folder `key`: a run (from the index when its signature matches, else read), or, at the top
+        level, a folder that is none: the subfolders to look into (there only those with a run.json count)."""
         sig, trusted, has_record = _signature(folder, self.racy)
         if not top and not has_record:
             return []
@@ -226,10 +212,8 @@ def _plain_name(name) -> bool:
 
 
 def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
-    """(the folder's signature, whether it can be trusted, whether run.json is there). The folder's own stat
-    is part of it when run.json is not there (read_run then looks for checkpoint.pt; a sweep's folder lists
-    its trials): with one, an atomic write of it is seen by its own inode. Any error but a missing file makes
-    the signature untrusted: the folder is read again next time."""
+    """(the folder's signature, whether it can be trusted, whether run.json is there). The folder's own stat is
+    part of it when run.json is not there; any error but a missing file makes it untrusted."""
     prefix = folder + os.sep
     parts: list[str] = []
     trusted = True
@@ -294,10 +278,9 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
 def _select(
     db, root: Path, found: list[str], fresh: dict, cached: Cache, keys: list[str] | None, parts: str | None
 ) -> tuple[list[dict], list, list[tuple]]:
-    """The runs and (parts "split": the runs brief) bulky parts of the runs found (those `keys` may name
-    when given): fresh ones as read, the others parsed from the index, their folder as this root spells it
-    and a live status checked against the lock. Also the rows to write again: a record in the index that
-    does not parse is read from its folder. Lists, not pairs: the fewer objects, the less garbage to walk."""
+    """The runs and (parts "split") bulky parts of the runs found (those `keys` may name): fresh ones as read, the
+    others parsed from the index with their folder and live status; and the rows to write again (a stored
+    record that does not parse is read from its folder). Lists, not pairs: less garbage to walk."""
     if keys is None:
         wanted = found
         stored = {k: (cached.brief[k], cached.bulk[k]) for k in found if k not in fresh}
@@ -375,8 +358,7 @@ def _parse_listed(texts: list) -> list:
 
 
 def _parse(stored: list[tuple[str | None, str | None]], full: bool) -> list:
-    """The stored records (brief, bulk), parsed: all briefs as one JSON array and, when `full`, all bulks as
-    another, merged (much faster than one loads per record); None for a record that does not parse."""
+    """The stored records (brief, bulk) parsed in bulk, merged when `full`; None for one that does not parse."""
     briefs = _parse_all([brief for brief, _bulk in stored])
     if full:
         bulks = _parse_all([bulk for _brief, bulk in stored], limit=BULK_LIMIT)

@@ -47,8 +47,7 @@ def open_index(index: Path, create: bool = False) -> tuple[sqlite3.Connection | 
 
 
 def _open_read_only(index: Path) -> sqlite3.Connection | None:
-    """The index of a root this user cannot write, or one another process holds locked: read as it is on
-    disk. Its rows are checked against the folders like any other, so a stale one is only read again."""
+    """The index of a root this user cannot write, or one another process holds locked, read as it is on disk."""
     db = None
     try:
         db = sqlite3.connect(
@@ -64,8 +63,7 @@ def _open_read_only(index: Path) -> sqlite3.Connection | None:
 
 
 def _prepare(db: sqlite3.Connection) -> None:
-    """The tables, made anew when the file is new or another version of the code wrote it (what read_run
-    returns may have changed with the code)."""
+    """The tables, made anew when the file is new or another version of the code wrote it."""
     db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
     if _stored_version(db) == _version():
         return
@@ -110,11 +108,10 @@ def _version() -> str:
 
 
 class Cache:
-    """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
+    """The index's rows, a dict per column (key -> value): no object per row for the garbage collector. brief and
+    bulk stay None unless `parts` asks for them ("full", "split": both; "listed": the LISTED array as the brief)."""
 
     def __init__(self, db, parts: str | None):
-        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "listed": the LISTED
-        array as the brief)."""
         self.sig: dict[str, str] = {}
         self.nested: dict[str, str | None] = {}
         self.brief: dict[str, str | None] = {}
@@ -128,8 +125,7 @@ class Cache:
 
 
 def named_rows(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str | None, str | None]]:
-    """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
-    whose name equals one."""
+    """key -> (brief, bulk) of the runs among `candidates` whose id is or starts with one of `keys`, or name is one."""
     out: dict[str, tuple[str | None, str | None]] = {}
     query = (
         "SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
@@ -145,22 +141,13 @@ def named_rows(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str
 
 
 def save_rows(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
-    """Write what changed in one transaction; a locked or read-only index keeps its rows (read again next
-    time)."""
-    try:
-        with _transaction(db):
-            db.executemany(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (key, sig, ident, name, nested, brief, listed)
-                    for key, sig, ident, name, nested, brief, _bulk, listed in rows
-                ],
-            )
-            db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
-            db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
-            db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
-    except sqlite3.DatabaseError:
-        pass
+    """Write what changed in one transaction; a locked or read-only index keeps its rows."""
+    with contextlib.suppress(sqlite3.DatabaseError), _transaction(db):
+        # a row: key, sig, id, name, nested, brief, bulk, listed (run_index._row); the bulk goes to its own table
+        db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", [(*row[:6], row[7]) for row in rows])
+        db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
+        db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
+        db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
 
 
 @contextlib.contextmanager

@@ -33,35 +33,30 @@ REMEMBERED_FILE = ".history.outside"  # in the runs root: run folders outside it
 
 
 def user_data_dir() -> Path:
-    """This user's data folder for the console, as platformdirs knows it: $XDG_DATA_HOME (or ~/.local/share)
-    /amp-console on Linux, ~/Library/Application Support/amp-console on macOS, %LOCALAPPDATA%\\amp-console on
-    Windows."""
+    """This user's data folder for the console, as platformdirs knows it (~/.local/share/amp-console on Linux)."""
     import platformdirs
 
     return Path(platformdirs.user_data_dir("amp-console", appauthor=False))
 
 
 def runs_root(explicit: str | os.PathLike | None = None) -> Path:
-    """The runs root: every run without an explicit output folder goes in a new folder under it, and
-    `amp-console runs` and the window's history list it. `explicit` (--runs-dir, the window's setting), else
-    $AMP_CONSOLE_RUNS_DIR, else <user data folder>/runs."""
+    """The runs root, where runs without an output folder go and what the history lists: `explicit` (--runs-dir,
+    the window's setting), else $AMP_CONSOLE_RUNS_DIR, else <user data folder>/runs."""
     chosen = str(explicit or "").strip() or os.environ.get(RUNS_DIR_ENV, "").strip()
     return Path(chosen).expanduser() if chosen else user_data_dir() / "runs"
 
 
 def new_run_folder(root: str | os.PathLike, task: str, precision: str, when: datetime | None = None) -> Path:
-    """A new run's folder under the runs root: <date>-<time>-<task>-<precision>, e.g.
-    20261201-023712-recommender-bf16 (local time, so `ls` lists runs in the order they started). A clash
-    (two runs in the same second) is settled when the run claims it (core.engine.run_folder: a -2 sibling)."""
+    """A new run's folder under the runs root: <date>-<time>-<task>-<precision> in local time, e.g.
+    20261201-023712-recommender-bf16 (a clash is settled when the run claims it: core.engine.run_folder)."""
     when = when or datetime.now()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{task}-{precision}")
     return Path(root) / f"{when:%Y%m%d-%H%M%S}-{safe}"
 
 
 def resolve_out_dir(config, root: str | os.PathLike | None = None, precision: str | None = None):
-    """`config` with an output folder: its own, or a new folder under the runs root (see runs_root), named by
-    `precision`, the mode that runs (what `auto` resolves to on the run's device), else config.precision. Its
-    own folder, outside the root, is remembered there (see remember)."""
+    """`config` with an output folder: its own (remembered by the root when outside it), or a new folder under
+    the runs root named by `precision` (the mode that runs), else config.precision."""
     if str(config.out_dir).strip():
         remember(str(config.out_dir).strip(), root)  # the user's own folder outside the root: listed all the same
         return config
@@ -69,9 +64,8 @@ def resolve_out_dir(config, root: str | os.PathLike | None = None, precision: st
 
 
 def remember(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> bool:
-    """Have the history of the runs root `root` (runs_root's rules) list the run folder `folder` though it lies
-    outside it (`train --out /anywhere`): its absolute path added, once, to REMEMBERED_FILE there. False for a
-    folder under the root (listed anyway) or when the file can't be written; never raises."""
+    """Have the history of the runs root `root` list the run folder `folder` outside it: its absolute path added
+    once to REMEMBERED_FILE there. False for a folder under the root or when the file can't be written."""
     root, path = runs_root(root), os.path.abspath(folder)
     if "\n" in path or is_inside(root, path):
         return False
@@ -92,8 +86,7 @@ def remember(folder: str | os.PathLike, root: str | os.PathLike | None = None) -
 
 
 def remembered(root: str | os.PathLike) -> list[str]:
-    """The folders `remember` recorded for the runs root `root`, once each, oldest first: absolute paths
-    outside the root (any other line is skipped); none when the file is missing or unreadable."""
+    """The folders `remember` recorded for the runs root `root`, once each, oldest first (other lines skipped)."""
     try:
         raw = read_regular(os.path.join(root, REMEMBERED_FILE))
     except (OSError, UnreadableFile):
@@ -133,8 +126,8 @@ def load_record(folder: str | os.PathLike) -> dict | None:
 
 
 def recorded_task(path: str | os.PathLike) -> tuple[str, str]:
-    """(task, task_file) that a run folder (or a checkpoint in one) or a sweep folder recorded: run.json's config,
-    sweep.json's base_config, read as data (nothing runs); ("", "") when no task file is recorded."""
+    """(task, task_file) that a run folder (or a checkpoint in one) or a sweep folder recorded, read as data;
+    ("", "") when none is."""
     path = Path(path).expanduser()
     folder = path.parent if path.is_file() else path
     for name, key in ((RECORD_FILE, "config"), ("sweep.json", "base_config")):
@@ -148,9 +141,8 @@ def recorded_task(path: str | os.PathLike) -> tuple[str, str]:
 
 
 def read_record(folder: str | os.PathLike) -> dict:
-    """run.json, read as core.files.read_json_record does (a regular file, bounded size and depth) and with
-    the fields the history uses of the right type (record_problem). FileNotFoundError when missing,
-    UnreadableFile (the one-line reason) for anything else."""
+    """run.json, read as core.files.read_json_record does, its fields checked (record_problem): FileNotFoundError
+    when missing, UnreadableFile (one line) for anything else."""
     data = read_json_record(Path(folder) / RECORD_FILE)
     problem = record_problem(data)
     if problem:
@@ -159,8 +151,7 @@ def read_record(folder: str | os.PathLike) -> dict:
 
 
 def _as_trained(data: dict) -> dict:
-    """A record whose config's task options are the ones its run trained with (core.tasks.saved_config: an
-    option saved before its default changed reads as the default it had)."""
+    """A record whose config's task options are the ones its run trained with (core.tasks.saved_config)."""
     from core.tasks import saved_config
 
     if "config" in data:
@@ -195,15 +186,14 @@ def _bad(value, want: str) -> bool:
 
 def _problem(name: str, value, want: str) -> str:
     shown = name if len(name) <= 60 else name[:57] + "..."
-    kinds = {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    kinds = {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object", type(None): "null"}
     kind = "true/false" if isinstance(value, bool) else kinds.get(type(value), type(value).__name__)
     return f"{shown} is {kind}, not {_KINDS[want][1]}"
 
 
 def record_problem(data: dict) -> str | None:
-    """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the
-    history (runs list/show/compare, the window, evaluate --best, a resume's RunRecord) uses that has the wrong
-    type, as "steps is text, not a whole number"; None when every one is right. Missing fields are fine."""
+    """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the history
+    uses that has the wrong type ("steps is text, not a whole number"); None when all are right or missing."""
     for name, want in _RECORD_FIELDS:
         if _bad(data.get(name), want):
             return _problem(name, data[name], want)
@@ -217,11 +207,7 @@ def record_problem(data: dict) -> str | None:
             return _problem(f"best.{name}", best[name], want)
     for which, entry in (data.get("checkpoints") or {}).items():
         if type(entry) is not dict:
-            return (
-                _problem(f"checkpoints.{which}", entry, "object")
-                if entry is not None
-                else f"checkpoints.{which} is null, not an object"
-            )
+            return _problem(f"checkpoints.{which}", entry, "object")
         for name, want in (("path", "text"), ("step", "whole"), ("rank", "whole")):
             if _bad(entry.get(name), want):
                 return _problem(f"checkpoints.{which}.{name}", entry[name], want)
@@ -232,8 +218,8 @@ def record_problem(data: dict) -> str | None:
 
 
 def read_note(folder: str | os.PathLike) -> tuple[str, str | None]:
-    """(the note, None), ('', None) when there is none, ('', reason) when note.txt can't be read (a link, a
-    FIFO, ...): read as core.files.read_regular does, the first NOTE_MAX_BYTES of it."""
+    """(the note, None), ('', None) when there is none, ('', reason) when note.txt can't be read (its first
+    NOTE_MAX_BYTES)."""
     try:
         raw = read_regular(os.path.join(folder, NOTE_FILE))
     except FileNotFoundError:
@@ -244,19 +230,15 @@ def read_note(folder: str | os.PathLike) -> tuple[str, str | None]:
 
 
 def write_note(folder: str | os.PathLike, text: str) -> str:
-    """Set the note on the run in `folder` (atomically; surrounding blanks stripped); an empty text clears it.
-    Returns the note as stored. Raises OSError (e.g. the folder is gone or read-only), ValueError when `text`
-    is not valid Unicode (bytes a command line could not decode)."""
+    """Set the note on the run in `folder` atomically (stripped; empty clears it) and return it as stored.
+    OSError when it can't be written, ValueError when `text` is not valid Unicode."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(2, "no such run folder", str(folder))
     text = (text or "").strip()
     path = folder / NOTE_FILE
     if not text:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
         return ""
     try:
         payload = (text + "\n").encode("utf-8")
@@ -267,12 +249,9 @@ def write_note(folder: str | os.PathLike, text: str) -> str:
 
 
 def read_run(folder: str | os.PathLike) -> dict | None:
-    """A run folder's summary (JSON-serialisable): run.json, with 'running' read as 'interrupted' when no live
-    run holds the folder; without run.json, a summary from metrics.jsonl's first and last lines. None when the
-    folder holds no run. "note" is the user's note (note.txt). Task options are as the run trained with.
-
-    Never raises: an unreadable or ill-typed record reads as status "unreadable" with "unreadable" the one-line
-    reason; an unreadable note.txt as note '' with "note_unreadable" the reason."""
+    """A run folder's summary: run.json ('running' read as 'interrupted' when no live run holds the folder), else
+    one from metrics.jsonl's first and last lines, with its "note"; None when it holds no run. Never raises: a
+    bad record reads as status "unreadable" (and "unreadable" the reason), a bad note.txt with "note_unreadable"."""
     folder = Path(folder)
     base = str(folder)  # string paths below: a cold listing reads thousands of folders
     try:
@@ -303,8 +282,7 @@ class _Unreadable(Exception):
 
 
 def _record_or_summary(folder: Path, base: str) -> dict | None:
-    """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but
-    can't be read or has a field of the wrong type. `base`: the folder as a string."""
+    """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but bad."""
     path, name = os.path.join(base, RECORD_FILE), RECORD_FILE
     try:
         data = read_json_record(path)
@@ -397,10 +375,8 @@ def _json_line(raw: bytes) -> dict | None:
 
 
 def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
-    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
-    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt; "advised": the one its
-    summary advised (the last weights when its validation split was too small to choose by: said in the notes),
-    else as "best". Torch-free: a host asked for a run's best checkpoint names it without loading anything."""
+    """The checkpoint of the run in `folder`, and notes: "best": its best-ranked kept one, else checkpoint.pt;
+    "last": checkpoint.pt; "advised": the one its summary advised, else as "best". Torch-free."""
     folder = Path(folder)
     last = folder / CHECKPOINT_FILE
     if which == "advised":

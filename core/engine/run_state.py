@@ -1,15 +1,12 @@
-"""A run's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading),
-and the Trainer's checkpoints (Checkpointing).
-
-Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
-(unwrapped from DDP/compile), optimizer, scheduler, scaler, the TrainState (step, epoch, metrics), data order,
-RNG states, config, precision and library versions; and the data's id vocabulary when the model's ids stand
-for the data's own. Every rank builds the same initial model from `seed`, then draws its per-step randomness
-from `seed + rank`; each rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues them exactly.
+"""A run's resumable state <-> the checkpoint dict (core.engine.checkpoints writes and loads it), and the
+Trainer's checkpoints (Checkpointing). Everything is plain containers and tensors, so `weights_only` reads it.
+Every rank builds the same initial model from `seed`, then draws its per-step randomness from `seed + rank`;
+each rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues them exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -77,7 +74,6 @@ class TrainState:
     saved: Saved = Saved()  # not in the checkpoint: a resumed run has saved nothing yet
 
     def state_dict(self) -> dict:
-        """The checkpoint's keys this state fills (their names and layout are the on-disk format)."""
         metrics = {**self.last_metrics, "loss": self.last_loss}
         return {"step": self.step, "epoch": self.epoch, "metrics": metrics, "skipped_steps": self.skipped_steps}
 
@@ -88,10 +84,8 @@ class TrainState:
 
 
 def check_resume_target(config, state: dict, name: str, total_steps: int | None = None) -> None:
-    """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step): a
-    ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process).
-    A length in epochs counts min_steps (due.planned_steps): `total_steps` once the data is known, else only an
-    epoch end past both is surely the end."""
+    """Refuse (ConfigError) a resume whose end is already behind the checkpoint. A length in epochs counts
+    min_steps: `total_steps` once the data is known, else only an epoch end past both is surely the end."""
     step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
     if config.max_steps and step >= config.max_steps:
         raise ConfigError(
@@ -111,11 +105,8 @@ def check_resume_target(config, state: dict, name: str, total_steps: int | None 
 
 
 def resumed_config(config, state: dict | None, source: str) -> tuple:
-    """(config, notes) of a run resuming checkpoint `state` (None: not resuming; `config` as it is): refused
-    (CheckpointError) when the checkpoint is another task's. A task option this run leaves at `auto` keeps the
-    value the checkpoint's run trained with when that names one (its saved config: load_checkpoint reads an
-    option saved before its default changed as the default it had), so a resumed run trains as it did,
-    whatever `auto` would choose today; the note says so."""
+    """(config, notes) of a run resuming checkpoint `state` (None: not resuming), refused when it is another
+    task's. A task option this run leaves at `auto` keeps the value the checkpoint's run trained with."""
     if state is None:
         return config, []
     if state["task"] != config.task:
@@ -133,9 +124,8 @@ def resumed_config(config, state: dict | None, source: str) -> tuple:
 
 
 def settled_config(config, task, info: dict):
-    """`config` with the task options that `task` leaves to the data (Task.settled_options: an `auto`) named
-    by what they chose for the data `info` describes, in `task` too: what the run's config.toml, run.json and
-    checkpoints record, so that resuming it trains the same way."""
+    """`config` (and `task`) with the `auto` task options named by what they chose for the data `info` describes
+    (Task.settled_options), so that what the run records resumes the same way."""
     settled = task.settled_options(info)
     if not settled:
         return config
@@ -146,44 +136,45 @@ def settled_config(config, task, info: dict):
 def restore(
     state: dict, source: str, cfg, model, optimizer, scheduler, scaler, vocabulary: dict, own: bool = False
 ) -> list[str]:
-    """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up run's model
-    (strict keys), optimizer, scheduler and scaler; CheckpointError names what does not fit. Returns what a
-    user should know (another optimizer; another precision mode: core.engine.prepare.resume_notes). `own`: the
-    task chose the optimizer and scheduler (configure_optimizers)."""
+    """Load a loaded checkpoint `state` into a set-up run's model (strict keys), optimizer, scheduler and scaler;
+    CheckpointError names what does not fit. Returns the notes. `own`: the task chose the optimizer."""
     check_vocabulary(state.get("vocabulary") or {}, vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(model, state["model"], source)
     notes = (restore_own if own else restore_optimizer)(state, source, cfg, model, optimizer, scheduler)
     if scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; prepare.resume_notes says what else means
-        try:
+        with _fits(source, "the GradScaler state"):
             scaler.load_state_dict(state["scaler"])
-        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
-            raise CheckpointError(f"{source}: the GradScaler state does not fit this run: {exc}") from None
     return notes
+
+
+@contextlib.contextmanager
+def _fits(source: str, what: str):
+    """A state torch refuses to load as a CheckpointError naming `what`."""
+    try:
+        yield
+    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        raise CheckpointError(f"{source}: {what} does not fit this run: {exc}") from None
 
 
 FRESH_STATE = "its state starts fresh; weights, step, schedule and RNG are resumed"
 
 
 def restore_own(state: dict, source: str, cfg, model, optimizer, scheduler) -> list[str]:
-    """The task's own optimizer and scheduler (configure_optimizers): their saved states as they are, when the
-    checkpoint's optimizer was of the same class; else both start fresh, with a note."""
+    """The task's own optimizer and scheduler: their saved states when the class is the same, else fresh."""
     saved, name = state.get("optimizer_class"), type(optimizer).__name__
     if saved != name:
         was = saved or state["config"].get("optimizer")
         return [f"optimizer changed from {was} to the task's {name}: its state and schedule start fresh"]
-    try:
+    with _fits(source, "the optimizer state"):
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None and state.get("scheduler"):
             scheduler.load_state_dict(state["scheduler"])
-    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
-        raise CheckpointError(f"{source}: the optimizer state does not fit this run: {exc}") from None
     return []
 
 
 def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler) -> list[str]:
-    """The checkpoint's optimizer and scheduler state into the run's. Another optimizer than the
-    checkpoint's (sgd <-> adam/adamw), or parameter groups of other sizes, start a fresh optimizer state
-    with a note (the schedule is still resumed); state that does not fit the model is a CheckpointError."""
+    """The checkpoint's optimizer state into the run's, the schedule positioned. Another optimizer, or groups of
+    other sizes, start a fresh state with a note; state that does not fit the model is a CheckpointError."""
     saved_kind, kind = state["config"].get("optimizer"), cfg.optimizer
     # This run's schedule settings in the optimizer's groups (OneCycleLR keeps max_lr etc. there); loading the
     # saved groups would bring back the old run's, so they are put back before the schedule is positioned.
@@ -213,10 +204,8 @@ def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler
         misfit = state_misfit(optimizer_state, optimizer, kind, names)
         if misfit:
             raise CheckpointError(f"{source}: the optimizer state does not fit this model: {misfit}")
-        try:
+        with _fits(source, "optimizer state"):
             optimizer.load_state_dict(optimizer_state)
-        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
-            raise CheckpointError(f"{source}: optimizer state does not fit this run: {exc}") from None
         # (torch's load adds `differentiable` to the defaults of an optimizer that lacks it, not to its groups)
         keys = [key for key in optimizer.defaults if key != "differentiable"]
         lacking = [key for key in keys if any(key not in group for group in optimizer.param_groups)]
@@ -237,13 +226,9 @@ SCHEDULE_GROUP_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_m
 
 
 def follow_schedule(scheduler, step: int, schedule: str, saved_config: dict) -> list[str]:
-    """Put this run's learning-rate schedule at `step` (the scheduler is stepped once per optimizer step).
-
-    Every schedule here (cosine with warm-up, one-cycle) is a function of the step and this run's settings
-    (lr, warm-up, total steps), so it is positioned rather than taken from the checkpoint: a resume that extends
-    max_steps follows the longer curve (instead of failing past the old end) and one that changes the schedule
-    follows the new one. For an unchanged run the LR is the same as without the interruption, bit for bit.
-    """
+    """Put this run's learning-rate schedule at `step`. Every schedule here is a function of the step and this
+    run's settings, so it is positioned rather than loaded: a resume that extends max_steps follows the longer
+    curve, one that changes the schedule the new one; an unchanged run's LR is the same bit for bit."""
     import warnings
 
     position = min(step, getattr(scheduler, "total_steps", step))
@@ -251,14 +236,13 @@ def follow_schedule(scheduler, step: int, schedule: str, saved_config: dict) -> 
     with warnings.catch_warnings():  # "step() before optimizer.step()": this call only positions the schedule
         warnings.simplefilter("ignore", UserWarning)
         scheduler.step()
-    notes = []
     saved_schedule = saved_config.get("schedule")
-    if saved_schedule and saved_schedule != schedule:
-        notes.append(
-            f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "
-            f"{schedule} schedule from step {step:,}"
-        )
-    return notes
+    if not saved_schedule or saved_schedule == schedule:
+        return []
+    return [
+        f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the {schedule} schedule "
+        f"from step {step:,}"
+    ]
 
 
 def _sizes(sizes: list[int]) -> str:
@@ -266,9 +250,7 @@ def _sizes(sizes: list[int]) -> str:
 
 
 def restore_rng(state: dict, dist: DistContext) -> list[str]:
-    """Continue this rank's RNG streams from the checkpoint. On another number of processes than the
-    checkpoint's, the ranks it has states for continue theirs and the others keep their fresh `seed + rank`
-    streams (core.engine.prepare.resume_notes says so)."""
+    """Continue this rank's RNG streams from the checkpoint (a rank it has none for keeps its `seed + rank` ones)."""
     states = state.get("rng_per_rank")
     if not isinstance(states, list) or not states:
         states = [state["rng"]]
@@ -312,9 +294,8 @@ def check_vocabulary(saved: dict, current: dict, source: str) -> None:
 
 
 class Checkpointing:
-    """The Trainer's checkpoints (core.engine.trainer mixes it in): its state as the checkpoint dict, written as
-    the last, a best or a lost peer's checkpoint, and put back on resume. The names below are what it uses, with
-    the starting values of its own."""
+    """The Trainer's checkpoints (core.engine.trainer mixes it in): written as the last, a best or a lost peer's
+    checkpoint, and put back on resume. The names below are what it uses."""
 
     cfg: RunConfig
     plan: PrecisionPlan
@@ -343,19 +324,9 @@ class Checkpointing:
         return Path(self.cfg.out_dir)
 
     def _restore(self, resume_state: dict) -> None:
-        """Put the run back as `resume_state` (the checkpoint at resume_from) left it: weights, optimizer,
-        scheduler, scaler, TrainState, RNG and the tracker's bests."""
-        self.notes += restore(
-            resume_state,
-            str(self.resume_from),
-            self.cfg,
-            self.raw_model,
-            self.optimizer,
-            self.scheduler,
-            self.scaler,
-            self.data.vocabulary,
-            own=self.own_optimizer,
-        )
+        """Put the run back as `resume_state` (the checkpoint at resume_from) left it."""
+        parts = (self.cfg, self.raw_model, self.optimizer, self.scheduler, self.scaler, self.data.vocabulary)
+        self.notes += restore(resume_state, str(self.resume_from), *parts, own=self.own_optimizer)
         self.state.load_state_dict(resume_state)
         self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
         self.notes += restore_rng(resume_state, self.dist)
@@ -364,8 +335,8 @@ class Checkpointing:
             self.notes.extend([note] if note else [])
 
     def save_checkpoint(self, path: Path | None = None, kind: str = "last", **best) -> str | None:
-        """Write checkpoint.pt (or a best checkpoint at `path`) atomically and emit CheckpointSaved (rank 0;
-        every rank hands it its RNG states)."""
+        """Write checkpoint.pt (or a best checkpoint at `path`) and emit CheckpointSaved: rank 0, with every rank's
+        RNG states."""
         rng = gather_rng(self.dist, self.device)
         if not self.dist.is_main:
             if kind == "last":  # the ranks decide alike whether a step still needs a save (rank 0's: once written)
@@ -374,8 +345,7 @@ class Checkpointing:
         return self._write_checkpoint(rng, path, kind, **best)
 
     def _write_checkpoint(self, rng: list[dict], path: Path | None = None, kind: str = "last", **best) -> str:
-        """Rank 0 writes checkpoint.pt (or a best checkpoint); an OS error ends the run with one line (the
-        previous file is kept: the write is atomic)."""
+        """Rank 0 writes checkpoint.pt (or a best checkpoint) atomically; an OS error ends the run (RunFailed)."""
         path = path or self.out_dir / ckpt.CHECKPOINT_FILE
         try:
             if self.events.removed() or not os.path.isdir(self.out_dir):
@@ -400,9 +370,8 @@ class Checkpointing:
         return "no checkpoint of this run had been saved yet"
 
     def _peer_failed(self) -> str:
-        """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
-        after every completed step, and a step a peer died in has not changed the weights) if it can, and says
-        which rank went away."""
+        """A DDP peer went away: rank 0 saves its own state if it can (the replicas are identical after every
+        completed step), and the message says which rank."""
         dead = dead_peers(self._peers, self.dist.rank)
         who = (
             f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run"
@@ -420,8 +389,7 @@ class Checkpointing:
         return f"{text}. Its state at step {self.state.step:,} is saved: resume from {saved}"
 
     def state_dict(self, rng: list[dict] | None = None) -> dict:
-        """The checkpoint dict at the current step, plain containers and tensors (see the module doc);
-        `rng`: every rank's RNG states (gather_rng), this rank's alone by default."""
+        """The checkpoint dict at the current step; `rng`: every rank's RNG states (this rank's by default)."""
         cfg, plan, state = self.cfg, self.plan, self.state
         rng = rng or [ckpt.capture_rng()]
         checkpoint = {

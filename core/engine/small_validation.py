@@ -1,10 +1,7 @@
 """Whether the validation split is large enough to choose the best checkpoint by, and the best and the last
-weights compared on the test split at the end of a run.
-
-The monitored metric is a mean over the split's units (the task's `validation_unit`), so its standard error is
-about sigma / sqrt(n); above TARGET_SE the "best" checkpoint is largely the luckiest evaluation. The run says so
-as it starts, and its summary gives both weights' test metrics and which to use (never chosen by the test
-figures).
+weights compared on the test split at the end of a run. The monitored metric is a mean over the split's units,
+so its standard error is about sigma / sqrt(n); above TARGET_SE the "best" checkpoint is largely the luckiest
+evaluation. The run says so as it starts, and its summary says which weights to use (never by the test figures).
 """
 
 from __future__ import annotations
@@ -42,6 +39,11 @@ class ValidationSize:
     def too_small(self) -> bool:
         return self.count < self.needed
 
+    @property
+    def error(self) -> float:
+        """The monitored metric's standard error on this many units."""
+        return SPREAD.get(self.unit, 0.5) / math.sqrt(max(self.count, 1))
+
     def describe(self) -> str:
         return f"{self.count:,} validation {self.unit}"
 
@@ -52,7 +54,7 @@ def validation_size(task, val: dict[str, torch.Tensor]) -> ValidationSize:
 
 def start_notes(task, data, tracker) -> list[str]:
     """The note a run starts with when its validation split is too small to choose the best checkpoint (or when
-    to stop early) by the monitored metric; [] otherwise, and when neither is chosen by it."""
+    to stop early) by; [] otherwise."""
     chosen = [
         what
         for what, on in (
@@ -64,24 +66,23 @@ def start_notes(task, data, tracker) -> list[str]:
     size = validation_size(task, data.val)
     if not chosen or not size.too_small:
         return []
-    se = SPREAD.get(size.unit, 0.5) / math.sqrt(max(size.count, 1))
     then = (
         "the summary compares the best and the last weights on the test split"
         if data.test
         else "prefer the last weights (checkpoint.pt), or give a larger validation split"
     )
     note = (
-        f"{size.describe()} are too few to choose {' and '.join(chosen)} by val {tracker.metric}: its "
-        f"standard error there is about {se:.2g}, as much as checkpoints differ by ({size.needed:,} or more "
-        f"keep it under {TARGET_SE:.2g}), so the choice may follow noise rather than quality; {then}"
+        f"{size.describe()} are too few to choose {' and '.join(chosen)} by val {tracker.metric}: its standard "
+        f"error there is about {size.error:.2g}, as much as checkpoints differ by ({size.needed:,} or more keep it "
+        f"under {TARGET_SE:.2g}), so the choice may follow noise rather than quality; {then}"
     )
     return [note]
 
 
 @dataclass(frozen=True)
 class BestAndLast:
-    """The best checkpoint's step and test metrics ({} without a test split or when it could not be read), and
-    which weights to use: `advice` says why, `use` names the file (what run_record.run_checkpoint's "advised" takes)."""
+    """The best checkpoint's step and test metrics ({} when there are none), and which weights to use: `advice`
+    says why, `use` names the file."""
 
     step: int | None
     metrics: dict
@@ -98,10 +99,9 @@ def best_and_last(
     test_of: Callable[[Path], dict] | None,
     last_value: float | None = None,
 ) -> BestAndLast | None:
-    """At the end of a completed run at `step` with a best checkpoint (in `out_dir`): its test metrics (`test_of`
-    its path, None without a test split) beside the last weights' (`test_metrics`; `last_value` their val metric)
-    and the advice. None when
-    there is nothing to compare (no best checkpoint, no test split and a validation split large enough)."""
+    """At the end of a completed run at `step`: the best checkpoint's test metrics (`test_of` its path, None
+    without a test split) beside the last weights' (`test_metrics`; `last_value` their val metric) and the advice;
+    None when there is nothing to compare."""
     if not tracker.ranked:
         return None
     best = tracker.ranked[0]
@@ -124,7 +124,7 @@ def best_and_last(
         )
     else:
         advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
-        se = SPREAD.get(size.unit, 0.5) / math.sqrt(max(size.count, 1))
+        se = size.error
         if last_value is not None and math.isfinite(last_value) and abs(best["value"] - last_value) <= 2 * se:
             advice += (
                 f"; it beats the last weights' {last_value:.4g} by less than the metric's noise (±{2 * se:.2g}): "
@@ -136,9 +136,8 @@ def best_and_last(
 
 
 def test_weights(path: Path, model: torch.nn.Module, dist, device: torch.device, evaluate: Callable[[], dict]) -> dict:
-    """`evaluate()` (the test metrics, computed by every rank together) of the weights in `path`, loaded into
-    `model` (rank 0 reads the file, the others get them by broadcast) and the model's own put back after; {}
-    when rank 0 cannot read the file (every rank learns it, so none waits in a collective alone)."""
+    """`evaluate()` (by every rank together) of the weights in `path`, read by rank 0 and broadcast, the model's
+    own put back after; {} when rank 0 cannot read the file (every rank learns it)."""
     last = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
     loaded = 1
     if dist.is_main:

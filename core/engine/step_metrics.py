@@ -9,14 +9,11 @@ import torch
 
 from core.engine.distributed import DistContext, all_reduce_mean
 
-# Pending per-step scalars are folded into the running sums this often, so a huge log interval
-# never holds more than this many small tensors.
-_FOLD_EVERY = 256
+_FOLD_EVERY = 256  # pending per-step scalars are folded this often: a huge log interval holds no more
 
 
 def gradient_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The total L2 norm of the parameters' gradients, on the device (no sync), without touching them: what
-    clip_grad_norm_ returns, in three ops (one foreach norm, a stack, a norm) instead of its scaling pass."""
+    """The total L2 norm of the gradients, on the device: what clip_grad_norm_ returns, without its scaling pass."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(()) if not params else torch.zeros((), device=params[0].device)
@@ -33,11 +30,8 @@ class IntervalReadout:
 
 
 class StepAccumulator:
-    """Losses, skipped steps and tokens of a log interval, kept on the device so the step never syncs.
-
-    The hot loop only appends detached scalar tensors to lists (cheaper than an in-place add per step);
-    they are reduced in a few ops when folded or read.
-    """
+    """Losses, skipped steps and tokens of a log interval, kept on the device so the step never syncs: the hot
+    loop only appends detached scalars to lists (cheaper than an in-place add), reduced when folded or read."""
 
     def __init__(self, device: torch.device, count_only_finite: bool):
         self.count_only_finite = count_only_finite

@@ -1,10 +1,7 @@
 """TensorBoard event files written as a run goes (RunConfig.tensorboard), and the tag mapping they share with
-`runs tensorboard` (core.runs.tensorboard_export), so the live files and an export cannot drift apart.
-
-Rank 0's EventLog hands each event's dict to a `LiveTensorBoard`, which writes `<run>/tensorboard` with
-tensorboardX (the optional extra): RunStarted as the text `run/summary` (a resumed run's new file purges what was
-logged after its step), StepMetrics and EvalMetrics as the scalars of `scalar_values`. Events come at log
-intervals only, flushed after each and closed with the run; tensorboardX is imported when a writer is made.
+`runs tensorboard` (core.runs.tensorboard_export). Rank 0's EventLog hands each event's dict to a
+`LiveTensorBoard`, which writes `<run>/tensorboard` with tensorboardX: RunStarted as the text `run/summary`,
+StepMetrics and EvalMetrics as the scalars of `scalar_values`.
 """
 
 from __future__ import annotations
@@ -19,11 +16,7 @@ LIVE_SUFFIX = ".amp-console-live"  # not the export's suffix: a re-export into t
 
 
 def scalar_values(record: dict) -> list[tuple[str, float]]:
-    """(tag, value) of every scalar a StepMetrics or EvalMetrics record (a metrics.jsonl line) gives TensorBoard;
-    fields that are not numbers are left out:
-    - StepMetrics -> train/loss, train/lr, train/samples_per_second, train/grad_norm, train/grad_scale and
-      train/skipped_steps (fp16, with a GradScaler), train/memory_mib, train/tokens_per_second (sequence tasks);
-    - EvalMetrics -> <split>/<metric> (val, test)."""
+    """(tag, value) of every number a StepMetrics (train/...) or EvalMetrics (<split>/<metric>) record gives."""
     kind = record.get("event")
     found: list[tuple[str, object]] = []
     if kind == "StepMetrics":
@@ -79,8 +72,7 @@ def summary_writer_class():
 
 
 class LiveTensorBoard:
-    """Event files in `folder`, written from rank 0's events. Make it before the run starts: without
-    tensorboardX the constructor raises ImportError. Writes that fail raise OSError (EventLog gives up)."""
+    """Event files in `folder`, written from rank 0's events (ImportError without tensorboardX)."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)

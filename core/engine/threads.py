@@ -7,6 +7,7 @@ reason are reported with RunStarted; a `threads` above 0 is used as given.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -28,33 +29,25 @@ def choose_threads(
     env_threads: str | None = None,
     batch_values: int = 1,
 ) -> ThreadChoice:
-    """The intra-op thread count for a run (pure: every fact is an argument, see machine_facts).
-
-    requested: the config's `threads` (0 = auto); parameters: the model's trainable parameter count; cores: the
-    CPUs this process may run on; load: the 1-minute load average (None if unknown); processes: ranks sharing
-    this machine; env_threads: OMP_NUM_THREADS if set (the user's or the launcher's choice, kept); batch_values:
-    the values one micro-batch feeds the model (samples x values per sample)."""
+    """The intra-op thread count for a run (pure: every fact is an argument, see machine_facts). `cores`: the CPUs
+    this process may run on; `load`: the 1-minute load average; `processes`: ranks sharing this machine;
+    `env_threads`: OMP_NUM_THREADS if set (kept); `batch_values`: samples x values per sample of a micro-batch."""
     if requested > 0:
         return ThreadChoice(requested, "")
     cores = max(1, cores)
     share = max(1, cores // max(1, processes))
     of = f"of {cores} core{'s' if cores != 1 else ''}" + (f", {processes} processes" if processes > 1 else "")
-    hint = "set --threads to choose"
-    if env_threads and env_threads.strip().isdigit() and int(env_threads) > 0:
-        threads = min(int(env_threads), cores)
-        return ThreadChoice(threads, f"threads: {threads} {of} (auto: OMP_NUM_THREADS={env_threads.strip()}; {hint})")
-    work = parameters * max(1, batch_values)
-    if work < LIGHT_STEP_WORK:
-        return ThreadChoice(
-            1, f"threads: 1 {of} (auto: light steps, {parameters:,} parameters x {batch_values:,} batch values; {hint})"
-        )
+    sized = f"{parameters:,} parameters x {batch_values:,} batch values"
     busy = 0 if load is None else int(load + 0.5)  # cores other work keeps busy (rounded)
-    free = max(1, min(share, cores - busy))
-    if free < share:
-        return ThreadChoice(free, f"threads: {free} {of} (auto: the machine is busy, load {load:.1f}; {hint})")
-    return ThreadChoice(
-        share, f"threads: {share} {of} (auto: {parameters:,} parameters x {batch_values:,} batch values; {hint})"
-    )
+    if env_threads and env_threads.strip().isdigit() and int(env_threads) > 0:
+        threads, why = min(int(env_threads), cores), f"OMP_NUM_THREADS={env_threads.strip()}"
+    elif parameters * max(1, batch_values) < LIGHT_STEP_WORK:
+        threads, why = 1, f"light steps, {sized}"
+    elif (free := max(1, min(share, cores - busy))) < share:
+        threads, why = free, f"the machine is busy, load {load:.1f}"
+    else:
+        threads, why = share, sized
+    return ThreadChoice(threads, f"threads: {threads} {of} (auto: {why}; set --threads to choose)")
 
 
 def machine_facts() -> tuple[int, float | None]:
@@ -88,15 +81,12 @@ _interop_set = False
 
 
 def apply_threads(threads: int) -> None:
-    """torch.set_num_threads, and the inter-op pool to match once per process (torch allows setting it only
-    once, before any inter-op work; afterwards it is left as it is)."""
+    """torch.set_num_threads, and the inter-op pool to match once per process (torch allows setting that once)."""
     import torch
 
     global _interop_set
     torch.set_num_threads(threads)
     if not _interop_set:
         _interop_set = True
-        try:
+        with contextlib.suppress(RuntimeError):  # already set, or inter-op work has started: keep torch's
             torch.set_num_interop_threads(max(1, min(threads, 4)))
-        except RuntimeError:  # already set, or inter-op work has started: keep torch's
-            pass

@@ -21,13 +21,7 @@ from core.config import RunConfig
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
 from core.engine import compiling, data_setup, run_state
-from core.engine.amp_health import (
-    NonFiniteWatch,
-    RunFailed,
-    check_health,
-    nonfinite_fixes,
-    nonfinite_source,
-)
+from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health, nonfinite_fixes, nonfinite_source
 from core.engine.control import RunControl
 from core.engine.distributed import (
     DistContext,
@@ -61,12 +55,8 @@ _NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it when ther
 
 
 class Trainer(Evaluating):
-    """One run of one config. `run()` returns the RunEnded event (also sent to the sink). Its evaluations and
-    checkpoints are written in core.engine.evaluation (Evaluating) and core.engine.run_state (Checkpointing).
-
-    Bad input (ConfigError, DeviceError, DataError, CheckpointError) raises from `run()` before the run
-    starts; anything that goes wrong once it has started ends the run as `failed` with a message.
-    """
+    """One run of one config; `run()` returns the RunEnded event (also sent to the sink). Bad input raises from
+    `run()` before the run starts; anything that goes wrong once it has started ends the run as `failed`."""
 
     def __init__(
         self,
@@ -104,8 +94,8 @@ class Trainer(Evaluating):
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
-        """Set up, train until done, stopped or failed, write the final checkpoint, report RunEnded. The
-        process group is left whatever happens, a failed setup included."""
+        """Set up, train until done, stopped or failed, write the final checkpoint, report RunEnded; the process
+        group is left whatever happens."""
         ended: RunEnded | None = None
         try:
             self.setup()
@@ -123,8 +113,8 @@ class Trainer(Evaluating):
             self.cleanup(ended_normally=ended is not None and ended.status != "failed")
 
     def setup(self) -> None:
-        """Build the run (_build), an exception of the task's own code in it as a UserCodeError, then check what a
-        user task's methods return on one batch (core.tasks.task_checks), before anything trains."""
+        """Build the run (the task's own code failing as a UserCodeError), then check what a user task's methods
+        return on one batch."""
         with task_checks.user_code_errors():
             self._build()
         task_checks.check_returns(
@@ -212,8 +202,7 @@ class Trainer(Evaluating):
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
 
     def _claim_folder(self) -> RunConfig:
-        """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
-        root), or a free sibling when it holds an earlier (or a live) run. Returns the config with its folder."""
+        """Rank 0 claims the run folder (see run_folder) before anything is written; the config with its folder."""
         if not str(self.cfg.out_dir).strip():  # a Trainer made without prepare_run: a new folder under the root
             self.cfg = with_folder(self.cfg, device=self.device_info)
         held = os.environ.get(HELD_ENV)
@@ -261,8 +250,7 @@ class Trainer(Evaluating):
         return self._end(status, message)
 
     def _open_run_files(self) -> None:
-        """config.toml and metrics.jsonl, before RunStarted: a file that can't be written is bad input (the
-        folder), reported as a ConfigError naming the path and the cause."""
+        """config.toml and metrics.jsonl, before RunStarted: one that can't be written is a ConfigError."""
         path = self.out_dir / "config.toml"
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -278,9 +266,8 @@ class Trainer(Evaluating):
 
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request: (status, message). Between steps, one attribute
-        read and one clock read stand for the stop/pause request and the wall clocks (core.engine.due.Deadlines),
-        and the next step with work after it is known in advance (next_due); under DDP the ranks agree on a
-        stop before every step."""
+        read and one clock read stand for the control requests and the wall clocks, and the next step with work
+        after it is known in advance (next_due); under DDP the ranks agree on a stop before every step."""
         self._deadlines = deadlines = Deadlines(self.cfg.checkpoint_minutes, self.cfg.time_limit_minutes, monotonic)
         state, cfg, spe, total = self.state, self.cfg, self.steps_per_epoch, self.total_steps
         stop = StopAgreement(
@@ -331,9 +318,8 @@ class Trainer(Evaluating):
         return "completed", f"completed {state.step:,} steps"
 
     def _norm_wanted(self, last: bool) -> bool:
-        """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which
-        compute it on every step anyway): at most every NORM_SECONDS, and on the last step; a plot gains nothing
-        from more. A logged step without a measured norm reports none."""
+        """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which do on
+        every step): at most every NORM_SECONDS, and on the last step."""
         now = monotonic()
         if last or now - self._norm_at >= NORM_SECONDS:
             self._norm_at = now
@@ -344,10 +330,9 @@ class Trainer(Evaluating):
     def _optimizer_step(
         self, order: torch.Tensor, index: int, sums: StepAccumulator, measure_norm: bool = False
     ) -> None:
-        """One optimizer step, the `index`-th of an epoch (its grad_accum micro-batches of `order`): forward,
-        backward, unscale and clip when set, optimizer and scheduler step; losses (and fp16 overflows, token
-        counts) added to `sums`. No host sync. The gradient norm is measured only to clip, to count fp16
-        overflows, or when `measure_norm` asks (see _norm_wanted)."""
+        """One optimizer step, the `index`-th of an epoch (its grad_accum micro-batches of `order`), its losses,
+        overflows and token counts added to `sums`. No host sync; the gradient norm is measured only to clip, to
+        count fp16 overflows, or when `measure_norm` asks."""
         cfg, plan, task = self.cfg, self.plan, self.task
         accum = cfg.grad_accum
         first_micro = index * accum
@@ -467,9 +452,9 @@ class Trainer(Evaluating):
             destroy_process_group(agree=ended_normally)
 
     def release_ddp(self) -> None:
-        """Let go of DDP's wrapper (the model and the loss that calls it) while the process group is still
-        registered. Freed after the group is destroyed, DDP's reducer drops the group's last reference with the
-        GIL held, and the group's destructor joins a gloo thread that may be waiting for the GIL: a hang."""
+        """Let go of DDP's wrapper while the process group is still registered. Freed after the group is destroyed,
+        DDP's reducer drops the group's last reference with the GIL held, and the group's destructor joins a gloo
+        thread that may be waiting for the GIL: a hang."""
         if isinstance(getattr(self, "model", None), torch.nn.parallel.DistributedDataParallel):
             self._loss.release()  # task_loss's hold on DDP
             self.model = self.raw_model
@@ -481,8 +466,7 @@ class Trainer(Evaluating):
         return max(1, -(-self.state.step // self.steps_per_epoch))
 
     def _choose_threads(self) -> None:
-        """threads = 0: pick the intra-op thread count from the cores, the load and the model's size (see
-        core.engine.threads) and say why with RunStarted."""
+        """threads = 0: pick the intra-op thread count (core.engine.threads) and say why with RunStarted."""
         cores, load = machine_facts()
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
         per_sample = data_setup.values_per_sample(self.data.train)
@@ -503,7 +487,7 @@ class Trainer(Evaluating):
         return info
 
     def _pause(self) -> None:
-        """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""
+        """Wait between steps while paused, saying when the pause took effect and when it ended."""
         paused_at = time.perf_counter()
         self._emit(RunPaused(step=self.state.step))
         self.control.wait_while_paused()
