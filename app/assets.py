@@ -13,10 +13,6 @@ def _resource(*parts: str):
     return resources.files("resources").joinpath(*parts)
 
 
-def stylesheet() -> str:
-    return _resource("style.qss").read_text(encoding="utf-8")
-
-
 @cache
 def icon(name: str) -> QIcon:
     """An SVG icon from resources/icons (rendered at any size by Qt's svg plugin)."""
@@ -67,7 +63,7 @@ def apply_theme(app) -> None:
         app.setPalette(dark_palette())
     else:
         app.setPalette(app.style().standardPalette())
-    app.setStyleSheet(stylesheet())
+    app.setStyleSheet(_resource("style.qss").read_text(encoding="utf-8"))
 
 
 def restyle(widget, **properties):

@@ -1,10 +1,9 @@
-"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint (a serving folder,
-core.runs.export, or checkpoint files); Run → Copy as command / TOML. Checkpoints are read and written on a JobRunner
-thread, never on the GUI thread.
-"""
+"""File menu: the form as TOML, presets, resume from a checkpoint, export one (a serving folder, core.runs.export, or
+checkpoint files); Run → Copy as command / TOML. Checkpoints are read and written on a JobRunner thread."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 from pathlib import Path
@@ -12,8 +11,9 @@ from pathlib import Path
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
-from app import assets
-from app.assets import icon
+from app.assets import icon, presets
+from core.config import RunConfig, run_command
+from core.errors import AmpConsoleError, ConfigError
 
 EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
 # The save dialog's file types: checkpoint files (the default), then core.runs.export's serving folders.
@@ -63,10 +63,8 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
         step = step_of("last", last)
         choices.append((f"Last (step {step:,})" if step is not None else f"Last ({last.name})", str(last)))
     bests = []
-    try:
+    with contextlib.suppress(OSError):
         bests = [f for f in folder.iterdir() if BEST_NAME.fullmatch(f.name) and f.is_file()]
-    except OSError:
-        pass
     named = Path((checkpoints.get("best") or {}).get("path") or "").name
     bests.sort(key=lambda f: (f.name != named, -(step_of("best", f) or 0)))  # run.json's best first, then latest
     for file in bests:
@@ -109,7 +107,7 @@ class FileActions:
             for what in ("command", "TOML")
         ]
         self.presets_menu = QMenu("&Presets", window)
-        for name, text in assets.presets().items():
+        for name, text in presets().items():
             self.presets_menu.addAction(name, lambda t=text, n=name: self.load_toml_text(t, n))
 
     def add_to_menu(self, menu: QMenu) -> None:
@@ -130,11 +128,7 @@ class FileActions:
         for action in self.copy_actions:
             action.setEnabled(self.window.engine_ready)
 
-    # ------------------------------------------------------------------ settings as TOML
     def load_toml(self, path: str) -> bool:
-        from core.config import RunConfig
-        from core.errors import ConfigError
-
         try:
             config = RunConfig.load_toml(path)
         except ConfigError as exc:
@@ -152,8 +146,6 @@ class FileActions:
             return self.load_toml(str(path))
 
     def save_toml(self, path: str) -> bool:
-        from core.errors import AmpConsoleError
-
         try:
             self.window.setupPanel.config().save_toml(path)
         except (AmpConsoleError, OSError) as exc:
@@ -165,7 +157,6 @@ class FileActions:
 
     def run_command(self) -> str:
         """The form's run as a terminal command (core.config.run_command); on the selected host, `remote start`."""
-        from core.config import run_command
         from core.remote.ssh import Host
 
         window, dest = self.window, self.window.devicesPanel.current_host() or ""
@@ -176,8 +167,6 @@ class FileActions:
 
     def copy_run(self, what: str) -> str:
         """Run → Copy as command / TOML: the form's run to the clipboard, as the status bar says; the text copied."""
-        from core.errors import ConfigError
-
         try:
             text = self.run_command() if what == "command" else self.window.setupPanel.config().to_toml()
         except ConfigError as exc:
@@ -198,16 +187,12 @@ class FileActions:
         if path:
             self.save_toml(path if path.endswith(".toml") else f"{path}.toml")
 
-    # ------------------------------------------------------------------ checkpoints
     def resume(self, path: str) -> None:
         """Read the checkpoint's config (background thread), show it in the form, then continue the run."""
         window = self.window
         window.show_message(f"Reading {path}…")
 
         def loaded(config: dict) -> None:
-            from core.config import RunConfig
-            from core.errors import ConfigError
-
             try:
                 run_config = RunConfig.from_dict(config, source=path)
             except ConfigError as exc:
@@ -228,10 +213,9 @@ class FileActions:
         )
 
     def export(self, source: str, destination: str, fmt: str | None = None) -> None:
-        """Off the GUI thread, a task file's in a child process (core.runs.predictor_child.call_once, with a time
-        limit): <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint), or with `fmt`
-        the serving folder `destination` (core.runs.export, verified: its line has the max abs difference); what
-        was written goes to the status bar and the log."""
+        """Off the GUI thread, in a child process (core.runs.predictor_child.call_once, time-limited): <destination>.pt,
+        .safetensors and .json (export_checkpoint), or with `fmt` the serving folder `destination` (core.runs.export,
+        verified: its line has the max abs difference); what was written goes to the status bar and the log."""
         from core.runs.predictor_child import call_once
 
         window = self.window
@@ -308,16 +292,13 @@ class FileActions:
         return OTHER if label == OTHER_LABEL else choices[labels.index(label)][1]
 
     def latest_run_checkpoint(self) -> str | None:
-        """The newest run folder under the runs root that holds a checkpoint (folder names sort by start time); None
-        when there is none."""
+        """The newest run folder under the runs root holding a checkpoint (names sort by start time), or None."""
         root = self.window.runs_root()
-        try:
+        with contextlib.suppress(OSError):
             runs = sorted((f for f in root.iterdir() if RUN_NAME.match(f.name) and f.is_dir()), reverse=True)
             for folder in runs[:50]:  # a sweep folder or a run that never saved: look at the next one
                 if (folder / "checkpoint.pt").is_file() or any(BEST_NAME.fullmatch(f.name) for f in folder.iterdir()):
                     return str(folder)
-        except OSError:
-            pass
         return None
 
     def ask_export(self, source: str | None = None, fmt: str | None = ANY_FORMAT) -> None:
@@ -360,10 +341,8 @@ class FileActions:
             if chosen.suffix in (SERVING_SUFFIXES if fmt else EXPORT_SUFFIXES):  # "model.pt" names model.*
                 chosen = chosen.with_suffix("")
         if created is not None and (chosen is None or chosen.resolve().parent != created):
-            try:
+            with contextlib.suppress(OSError):
                 created.rmdir()  # the folder made for the dialog stays only if the export goes there
-            except OSError:
-                pass
         if chosen is not None:
             self.export(source, str(chosen), fmt)
 

@@ -42,8 +42,7 @@ class KeptRun(QObject):
         self._stop_run = stop_run
         self._previous = None  # the SIGTERM handler before ours, while ours is installed
         self._installed = False
-        self._heartbeat = QTimer(self, interval=HEARTBEAT_MS)
-        self._heartbeat.timeout.connect(lambda: None)
+        self._heartbeat = QTimer(self, interval=HEARTBEAT_MS, timeout=lambda: None)
 
     def announce(self, folder: str | os.PathLike, pid: int, icon=None) -> str:
         from core.engine.run_record import runs_root

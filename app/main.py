@@ -22,15 +22,11 @@ def _process_age_seconds() -> float | None:
         return None
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
+def run_app(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="amp-console", description="AMP Console desktop app")
     parser.add_argument("config", nargs="?", help="a run settings TOML file to open")
     parser.add_argument("--measure-startup", action="store_true", help="print time-to-window and quit")
-    return parser.parse_args(argv)
-
-
-def run_app(argv: list[str] | None = None) -> int:
-    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)  # None: sys.argv[1:]
     from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -38,7 +34,7 @@ def run_app(argv: list[str] | None = None) -> int:
 
     QCoreApplication.setOrganizationName("AMP Console")
     QCoreApplication.setApplicationName("amp-console")
-    app = QApplication.instance() or QApplication([sys.argv[0], *([] if argv is None else [])])
+    app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationDisplayName("AMP Console")
     apply_theme(app)
 

@@ -6,10 +6,7 @@ import os
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer, Signal
-from PySide6.QtWidgets import (
-    QMainWindow,
-    QMessageBox,
-)
+from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app.assets import icon
 from app.file_actions import FileActions
@@ -21,6 +18,7 @@ from app.tool_actions import ToolActions
 from app.window_dialogs import WindowDialogs
 from app.window_layout import build_menus, build_widgets
 from app.window_settings import WindowSettings
+from core.config import FIELD_SPECS, RunConfig
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 from core.engine.run_folder import METRICS_FILE
 from core.files import read_jsonl
@@ -49,12 +47,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._injected_devices = devices
         self.engine_ready = False
         self.last_checkpoint: str | None = None
-        self._error_details = ""
-        self._error_message = ""
+        self._error_message = self._error_details = ""
         self.controller = RunController(self)
         self._pending_step = None
-        self._status_timer = QTimer(self, singleShot=True, interval=250)
-        self._status_timer.timeout.connect(self._flush_status)
+        self._status_timer = QTimer(self, singleShot=True, interval=250, timeout=self._flush_status)
         self.jobs = JobRunner(self)
         self._preload = JobRunner(self)  # what the first estimate or run imports, ahead (load_engine)
         self.engine_preloaded = False
@@ -67,19 +63,15 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._resuming: str | None = None  # the checkpoint the run being started resumes
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
-        self.historyDialog = None
-        self.queueDialog = None  # Run → Run queue… (app.panels.queue): created on first use
-        self.previewDialog = None  # Try a model (app.panels.preview): created on first use
+        self.historyDialog = self.queueDialog = self.previewDialog = None  # made on first use (window_dialogs)
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self.settings_name = ""  # the settings file last opened or saved, shown in the title
         self._run_folder = ""  # the running run's folder (as RunStarted says, once it has)
         self._run_config: dict = {}  # the last run's settings, as RunStarted says
         self._kept_run = None  # app.keep_training.KeptRun, after "Keep training"
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
-        self._user_close = False
-        self._close_now = False
-        self._close_deadline = QTimer(self, singleShot=True)
-        self._close_deadline.timeout.connect(self._finish_close)
+        self._user_close = self._close_now = False
+        self._close_deadline = QTimer(self, singleShot=True, timeout=self._finish_close)
         build_widgets(self)
         self.file_actions = FileActions(self)
         self.task_actions = TaskActions(self)  # File → Add task…: the user's task files
@@ -93,12 +85,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.window_settings.restore_geometry(self)
         self._update_buttons()
 
-    # ------------------------------------------------------------------ engine
     def load_engine(self) -> None:
         """Import core (torch) and pyqtgraph, list devices, build the form and plots, restore last settings."""
         if self.engine_ready:
             return
-        from core.config import FIELD_SPECS
         from core.lab.memory_estimate import preload
         from core.tasks import TASKS
         from core.tasks.user_tasks import keep_files_out
@@ -166,8 +156,6 @@ class MainWindow(WindowDialogs, QMainWindow):
 
     def rerun_with_fix(self, fix: dict) -> bool:
         """One of a diverged run's RunEnded.fixes (core.engine.amp_health): the run's settings with its changes."""
-        from core.config import RunConfig
-
         config = RunConfig.from_dict({**self._run_config, **fix["changes"]}, source="fix")
         why = f"Re-running with {fix['label']} from {fix['resume'] or 'the start'}"
         return self.train_from(config, fix["resume"], why, fix["note"])
@@ -182,7 +170,6 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.activateWindow()
         return self.start_run()
 
-    # ------------------------------------------------------------------ run control
     def devices_for_run(self) -> list | None:
         return list(self._injected_devices) if self._injected_devices is not None else None
 
@@ -276,18 +263,19 @@ class MainWindow(WindowDialogs, QMainWindow):
             and self.setupPanel.is_valid()
             and not tools
         )
-        self.startButton.setEnabled(can_start)
+        can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
+        for button, action, enabled in (
+            (self.startButton, self.startAction, can_start),
+            (self.pauseButton, self.pauseAction, can_pause),
+            (self.stopButton, self.stopAction, running and not stopping),
+        ):
+            button.setEnabled(enabled)
+            action.setEnabled(enabled)
         self.startButton.setText("Resume" if self.pending_resume else "Start")
         problems = self.setupPanel.problem_summary() if self.engine_ready and not running else ""
         if tools and not problems:
             problems = f"{', '.join(tools)} is working on the device; stop it or let it finish before starting a run"
         self.startButton.setToolTip(problems or "Start training with these settings (F5)")
-        self.startAction.setEnabled(can_start)
-        can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
-        self.pauseButton.setEnabled(can_pause)
-        self.pauseAction.setEnabled(can_pause)
-        self.stopButton.setEnabled(running and not stopping)
-        self.stopAction.setEnabled(running and not stopping)
         paused = running and self.controller.paused
         self.pauseButton.setText("Resume" if paused else "Pause")
         self.pauseButton.setIcon(icon("start" if paused else "pause"))
@@ -304,7 +292,6 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.task_actions.update_enabled(running)
         self.remote.update_enabled(running)
 
-    # ------------------------------------------------------------------ events
     def _update_title(self) -> None:
         """The window's title says whether a run is going, so it can be told apart in the task bar."""
         controller = self.controller
@@ -431,8 +418,7 @@ class MainWindow(WindowDialogs, QMainWindow):
             self._keep_spare_process()
 
     def _keep_spare_process(self) -> None:
-        """Keep one training process loaded for the next run while separate one-process runs are chosen; none
-        otherwise."""
+        """One training process kept loaded for the next run while separate one-process runs are chosen."""
         wanted = (
             self.prestart_runs
             and self.engine_ready
@@ -467,10 +453,8 @@ class MainWindow(WindowDialogs, QMainWindow):
         box.open()
         box.raise_()
 
-    # ------------------------------------------------------------------ closing
     def request_close(self) -> bool:
-        """A close the user asked for: while a run trains it asks first. A programmatic `close()` stops and joins at
-        once."""
+        """A close the user asked for: while a run trains it asks first (a programmatic close() stops and joins)."""
         self._user_close = True
         try:
             return self.close()

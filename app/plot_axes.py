@@ -40,7 +40,11 @@ class SpacedAxis(pg.AxisItem):
     """An axis whose major labels never run together: each gets its width (or height) plus a gap."""
 
     def labels_for(self, values, scale, spacing) -> list[str]:
+        """The labels of a linear axis (a subclass's own format; a log axis keeps pyqtgraph's)."""
         return super().tickStrings(values, scale, spacing)
+
+    def tickStrings(self, values, scale, spacing):
+        return super().tickStrings(values, scale, spacing) if self.logMode else self.labels_for(values, scale, spacing)
 
     def tickSpacing(self, minVal, maxVal, size):
         levels = super().tickSpacing(minVal, maxVal, size)
@@ -69,18 +73,12 @@ class CountAxis(SpacedAxis):
     def labels_for(self, values, scale, spacing) -> list[str]:
         return [step_label(v * scale) for v in values]
 
-    def tickStrings(self, values, scale, spacing):
-        return super().tickStrings(values, scale, spacing) if self.logMode else self.labels_for(values, scale, spacing)
-
 
 class CompactAxis(SpacedAxis):
     """An axis of small values (a learning rate), labelled 0.0001, 5e-5, never 0.0001000."""
 
     def labels_for(self, values, scale, spacing) -> list[str]:
         return [compact_label(v * scale, spacing * scale) for v in values]
-
-    def tickStrings(self, values, scale, spacing):
-        return super().tickStrings(values, scale, spacing) if self.logMode else self.labels_for(values, scale, spacing)
 
 
 class StepAxis(CountAxis):

@@ -129,17 +129,12 @@ class Series:
         capacity = len(self._x)
         while capacity < needed:
             capacity *= 2
-        capacity = min(capacity, self._keep + self._chunk)
-        for name in ("_x", "_y"):
-            old = getattr(self, name)
-            new = np.empty(capacity, dtype=np.float64)
-            new[: self._n] = old[: self._n]
-            setattr(self, name, new)
+        self._new_raw(self._x[: self._n], self._y[: self._n], min(capacity, self._keep + self._chunk))
 
-    def _new_raw(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Fresh raw buffers holding the tail (the old ones may be drawn from: they are never rewritten)."""
-        self._x = np.empty(self._keep + self._chunk, dtype=np.float64)
-        self._y = np.empty(self._keep + self._chunk, dtype=np.float64)
+    def _new_raw(self, xs: np.ndarray, ys: np.ndarray, capacity: int = 0) -> None:
+        """Fresh raw buffers (full size by default) holding xs/ys: the old ones may be drawn from, never rewritten."""
+        self._x = np.empty(capacity or self._keep + self._chunk, dtype=np.float64)
+        self._y = np.empty(capacity or self._keep + self._chunk, dtype=np.float64)
         self._n = len(xs)
         self._x[: self._n] = xs
         self._y[: self._n] = ys
@@ -235,9 +230,7 @@ class Series:
         return float(self._y[self._n - 1]) if self._n else None
 
     def clear(self) -> None:
-        self._x = np.empty(self._initial_capacity, dtype=np.float64)  # fresh: old views stay intact
-        self._y = np.empty(self._initial_capacity, dtype=np.float64)
-        self._n = 0  # raw points
+        self._new_raw(np.empty(0), np.empty(0), self._initial_capacity)  # _n: the raw points
         self._count = 0  # appended points
         self._table = np.empty((5, 0))
         self._width = 1

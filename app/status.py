@@ -46,21 +46,18 @@ class ElidedLabel(QLabel):
     def _char_width(self, chars: int) -> int:
         return self.fontMetrics().horizontalAdvance("x" * chars)
 
+    def _size(self, width: int) -> QSize:
+        margins = self.contentsMargins()
+        return QSize(width + margins.left() + margins.right(), super().minimumSizeHint().height())
+
     def sizeHint(self) -> QSize:
         width = self.fontMetrics().horizontalAdvance(self._full)
         if self._max_chars:
             width = min(width, self._char_width(self._max_chars))
-        margins = self.contentsMargins()
-        return QSize(
-            max(width, self._char_width(self._min_chars)) + margins.left() + margins.right() + 2,
-            super().minimumSizeHint().height(),
-        )
+        return self._size(max(width, self._char_width(self._min_chars)) + 2)
 
     def minimumSizeHint(self) -> QSize:
-        margins = self.contentsMargins()
-        return QSize(
-            self._char_width(self._min_chars) + margins.left() + margins.right(), super().minimumSizeHint().height()
-        )
+        return self._size(self._char_width(self._min_chars))
 
     def paintEvent(self, _event) -> None:
         painter = QPainter(self)

@@ -3,9 +3,7 @@
 Loading a task runs its code, so the window asks first (once per file), then a child process imports it and answers
 what the form needs (core.tasks.describe): an import that exits, hangs, forks or reads forever leaves the window as it
 was, with one line in the status bar and the log; the child's process group is killed at the time limit and when the
-window closes. Added references are remembered and listed at the next
-start from their source text (nothing runs); a remembered task is loaded when picked.
-"""
+window closes. Added references are listed at the next start from their source (nothing runs), loaded when picked."""
 
 from __future__ import annotations
 
@@ -13,9 +11,13 @@ import signal
 from pathlib import Path
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 from app.run.jobs import JobRunner
+from core.errors import ConfigError
+from core.files import check_regular_file
+from core.process import run_child, signal_group
+from core.tasks import TASK_NAMES, add_task, forget_task, remember_task, task_infos, task_names, task_source
 
 LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
 PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
@@ -65,10 +67,8 @@ class TaskActions:
         for action in (self.add_action, self.add_module_action, self.remove_action):
             action.setEnabled(self.window.engine_ready and not running)
 
-    # ------------------------------------------------------------------ start-up: listed, never run
     def list_remembered(self) -> None:
         """The task files remembered from earlier sessions, in the picker: read from their source (nothing runs)."""
-        from core.tasks import TASK_NAMES, remember_task
         from core.tasks.user_tasks import source_problem
 
         for reference in self.window.window_settings.user_tasks():
@@ -96,7 +96,6 @@ class TaskActions:
     def list_installed(self) -> None:
         """The tasks installed packages declare (entry points in amp_console.tasks), listed from their metadata and
         source (nothing is imported); one is loaded, off the GUI thread, when picked."""
-        from core.tasks import TASK_NAMES, task_infos
         from core.tasks.user_tasks import installed_tasks
 
         infos = task_infos()
@@ -114,7 +113,6 @@ class TaskActions:
         label = label if len(label) <= LABEL_CHARACTERS else label[: LABEL_CHARACTERS - 1] + "…"
         self.window.setupPanel.list_task(PENDING + reference, label, f"{reference}: {problem}", enabled=False)
 
-    # ------------------------------------------------------------------ adding
     def _start_folder(self) -> str:
         """Where the file dialog opens: the folder of the task file added last ('' before any)."""
         from core.tasks.user_tasks import TaskFileError, split_reference
@@ -136,20 +134,13 @@ class TaskActions:
             self.add_file(path)
 
     def ask_add_module(self) -> None:
-        text, ok = QInputDialog.getText(
-            self.window,
-            "Add task from a module",
-            "The task's module and class, importable here (package.module:ClassName):",
-            QLineEdit.EchoMode.Normal,
-            "",
-        )
+        question = "The task's module and class, importable here (package.module:ClassName):"
+        text, ok = QInputDialog.getText(self.window, "Add task from a module", question)
         if ok and text.strip():
             self.add(text.strip())
 
     def add_file(self, path: str) -> bool:
         """Add the task in the file `path`; of a file with several Task classes, the one the user picks."""
-        from core.errors import ConfigError
-        from core.files import check_regular_file
         from core.tasks.catalog import task_class_names
 
         try:  # before any read: a FIFO would block, a device never ends
@@ -200,7 +191,6 @@ class TaskActions:
         )
         return answer == QMessageBox.StandardButton.Yes
 
-    # ------------------------------------------------------------------ removing: nothing runs
     def ask_remove(self) -> None:
         """The user picks one of the remembered tasks to forget."""
         remembered = self.window.window_settings.user_tasks()
@@ -226,7 +216,6 @@ class TaskActions:
 
     def _removal_text(self, reference: str) -> str:
         """A remembered task in the Remove task list: its entry in the picker, then its reference."""
-        from core.tasks import task_names, task_source
         from core.tasks.user_tasks import TaskFileError, canonical_reference
 
         combo = self.window.setupPanel.taskCombo
@@ -239,10 +228,7 @@ class TaskActions:
         return f"{combo.itemText(index)} — {reference}" if index >= 0 else reference
 
     def forget(self, reference: str) -> None:
-        """Take the remembered task `reference` out of the picker (to a built-in task if it was picked), the registry
-        and the settings."""
-        from core.tasks import TASK_NAMES, forget_task
-
+        """Take the remembered task `reference` out of the picker (to a built-in one if picked), registry and settings."""
         window, panel, settings = self.window, self.window.setupPanel, self.window.window_settings
         if window.controller.running:
             return
@@ -259,7 +245,6 @@ class TaskActions:
         window.show_message(f"Removed {what} from the task list.")
         window.logPanel.log(f"Removed the task {reference} from the task list (not listed at the next start)")
 
-    # ------------------------------------------------------------------ loading, off the GUI thread
     def _load_listed(self, key: str) -> None:
         """The user picked a remembered task: load it now."""
         if key.startswith(PENDING):
@@ -267,7 +252,6 @@ class TaskActions:
 
     def _load(self, reference: str) -> None:
         """Import `reference` in a child (core.tasks.describe under core.process.run_child) on a worker thread."""
-        from core.process import run_child
         from core.tasks.describe import command, import_limit, outcome
 
         if reference in self._loading:
@@ -284,8 +268,6 @@ class TaskActions:
 
     def _started(self, reference: str, pid: int) -> None:
         """(On the worker thread.) The child runs: its group is killed now when its load was dropped meanwhile."""
-        from core.process import signal_group
-
         if reference in self._loading:
             self._loading[reference] = pid
         else:
@@ -293,15 +275,12 @@ class TaskActions:
 
     def shutdown(self) -> None:
         """The window closes: every import under way is killed (its process group), then its thread joined."""
-        from core.process import signal_group
-
         for pid in self._loading.values():
             signal_group(pid, getattr(signal, "SIGKILL", 9))
         self._loading.clear()
         self.jobs.shutdown()
 
     def _answered(self, reference: str, answer: dict | str) -> None:
-        from core.tasks import add_task
         from core.tasks.describe import stand_in
         from core.tasks.user_tasks import TaskFileError
 

@@ -10,33 +10,28 @@ from PySide6.QtGui import QAction
 class ToolActions:
     """The window's device tools: their menu actions, their dialogs and the rule that keeps them apart."""
 
-    DIALOGS = (
-        "lrFinderDialog",
-        "batchFinderDialog",
-        "summaryDialog",
-        "sweepDialog",
-        "compareDialog",
-        "inspectorDialog",
+    # the dialog's attribute and show method; its menu, its action's attribute, text and shortcut
+    TOOLS = (
+        ("lrFinderDialog", "show_lr_finder", "tools", "lrFinderAction", "&LR finder…", "Ctrl+Shift+L"),
+        ("batchFinderDialog", "show_batch_finder", "tools", "batchFinderAction", "&Batch-size finder…", "Ctrl+Shift+B"),
+        ("summaryDialog", "show_summary", "tools", "summaryAction", "Model &summary…", "Ctrl+Shift+M"),
+        ("sweepDialog", "show_sweep", "tools", "sweepAction", "S&weep…", "Ctrl+Shift+W"),
+        ("compareDialog", "show_compare", "precision", "compareAction", "&Compare precisions…", "Ctrl+Shift+C"),
+        ("inspectorDialog", "show_inspector", "precision", "inspectAction", "&Inspect dtypes…", "Ctrl+Shift+I"),
     )
 
     def __init__(self, window):
         self.window = window
-        for name in self.DIALOGS:
-            setattr(self, name, None)
+        for dialog, *_menu_entry in self.TOOLS:
+            setattr(self, dialog, None)
         self.actions: list[QAction] = []
 
     def add_to_menus(self, precision_menu, tools_menu) -> None:
-        for menu, name, text, shortcut, slot in (
-            (precision_menu, "compareAction", "&Compare precisions…", "Ctrl+Shift+C", self.show_compare),
-            (precision_menu, "inspectAction", "&Inspect dtypes…", "Ctrl+Shift+I", self.show_inspector),
-            (tools_menu, "lrFinderAction", "&LR finder…", "Ctrl+Shift+L", self.show_lr_finder),
-            (tools_menu, "batchFinderAction", "&Batch-size finder…", "Ctrl+Shift+B", self.show_batch_finder),
-            (tools_menu, "summaryAction", "Model &summary…", "Ctrl+Shift+M", self.show_summary),
-            (tools_menu, "sweepAction", "S&weep…", "Ctrl+Shift+W", self.show_sweep),
-        ):
-            action = QAction(text, self.window, shortcut=shortcut, triggered=slot)
+        menus = {"precision": precision_menu, "tools": tools_menu}
+        for _dialog, show, menu, name, text, shortcut in self.TOOLS:
+            action = QAction(text, self.window, shortcut=shortcut, triggered=getattr(self, show))
             setattr(self, name, action)
-            menu.addAction(action)
+            menus[menu].addAction(action)
             self.actions.append(action)
 
     def update_enabled(self, engine_ready: bool) -> None:
@@ -119,15 +114,14 @@ class ToolActions:
 
     def dialogs(self) -> list:
         """The tool dialogs made so far."""
-        return [d for d in (getattr(self, name) for name in self.DIALOGS) if d is not None]
+        return [d for d in (getattr(self, tool[0]) for tool in self.TOOLS) if d is not None]
 
     def busy_tools(self) -> list[str]:
         """The titles of the tools working right now."""
         return [d.windowTitle() for d in self.dialogs() if d.job.running]
 
     def tool_blocked(self, device: str) -> str:
-        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a run uses that device.
-        'auto' counts as every device."""
+        """Why a tool may not run on `device` now ('' if it may): another tool works, or a run uses it ('auto': any)."""
         working = self.busy_tools()  # the asking tool is not running yet: these are others
         if working:
             return (
@@ -147,10 +141,7 @@ class ToolActions:
 
     def show_for_field(self, field: str) -> None:
         """A field's Find… button: the LR finder beside the learning rate, the batch finder beside the batch."""
-        if field == "lr":
-            self.show_lr_finder()
-        elif field == "batch_size":
-            self.show_batch_finder()
+        {"lr": self.show_lr_finder, "batch_size": self.show_batch_finder}.get(field, lambda: None)()
 
     def _fill_field(self, field: str, value, what: str) -> None:
         if self.window.controller.running:

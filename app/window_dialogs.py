@@ -8,6 +8,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QVBoxLayout
 
+from core.config import RunConfig
+from core.errors import ConfigError
+
 
 def raised(dialog):
     dialog.show()
@@ -24,14 +27,10 @@ class WindowDialogs:
         if dialog is None:
             return
         panel = dialog.panel
-
-        def select(_rows=None) -> None:
-            panel.select_names(name)
-
         if panel.visible_names() and name in panel.visible_names():
-            select()
+            panel.select_names(name)
         else:  # the list is (re)scanned when the dialog shows: select once the scan is in
-            panel.scanned.connect(select, Qt.ConnectionType.SingleShotConnection)
+            panel.scanned.connect(lambda _rows=None: panel.select_names(name), Qt.ConnectionType.SingleShotConnection)
             if not panel.busy:
                 panel.refresh()
 
@@ -118,9 +117,6 @@ class WindowDialogs:
             self.historyDialog.panel.refresh()
 
     def _load_run_settings(self, config: dict) -> None:
-        from core.config import RunConfig
-        from core.errors import ConfigError
-
         if self.controller.running:
             self.show_message("A run is in progress; its settings stay in the form until it ends.", "status-warn")
             return

@@ -17,8 +17,7 @@ from app.status import RunStatusBar
 
 
 class WidthFittingScroll(QScrollArea):
-    """A vertical-only scroll area never narrower than its content's minimum width (else the form's right edge is
-    cut)."""
+    """A vertical scroll area never narrower than its content's minimum width (else the form's right edge is cut)."""
 
     def setWidget(self, widget) -> None:
         super().setWidget(widget)
@@ -58,17 +57,14 @@ def build_widgets(window) -> None:
     window.setStatusBar(window.statusBarWidget)
     window.statusBarWidget.detailsRequested.connect(window.show_error_details)
 
-    window.startButton = QPushButton(icon("start"), "Start", objectName="startButton")
-    window.pauseButton = QPushButton(icon("pause"), "Pause", objectName="pauseButton")
-    window.stopButton = QPushButton(icon("stop"), "Stop", objectName="stopButton")
-    window.startButton.setToolTip("Start training with these settings (F5)")
-    window.pauseButton.setToolTip("Pause after the current step, or resume (F6)")
-    window.stopButton.setToolTip("Stop after the current step and write a checkpoint (Shift+F5)")
-    window.startButton.clicked.connect(window.start_run)
-    window.pauseButton.clicked.connect(window.toggle_pause)
-    window.stopButton.clicked.connect(window.stop_run)
     buttons = QHBoxLayout()
-    for button in (window.startButton, window.pauseButton, window.stopButton):
+    for name, text, tip, slot in (  # window.startButton, pauseButton, stopButton
+        ("start", "Start", "Start training with these settings (F5)", window.start_run),
+        ("pause", "Pause", "Pause after the current step, or resume (F6)", window.toggle_pause),
+        ("stop", "Stop", "Stop after the current step and write a checkpoint (Shift+F5)", window.stop_run),
+    ):
+        button = QPushButton(icon(name), text, objectName=f"{name}Button", toolTip=tip, clicked=slot)
+        setattr(window, f"{name}Button", button)
         buttons.addWidget(button)
 
     form_holder = QWidget()
@@ -129,8 +125,7 @@ def build_menus(window) -> None:
     window.startAction = QAction(icon("start"), "&Start", window, shortcut="F5", triggered=window.start_run)
     window.pauseAction = QAction(icon("pause"), "&Pause / Resume", window, shortcut="F6", triggered=window.toggle_pause)
     window.stopAction = QAction(icon("stop"), "S&top", window, shortcut="Shift+F5", triggered=window.stop_run)
-    for action in (window.startAction, window.pauseAction, window.stopAction):
-        run_menu.addAction(action)
+    run_menu.addActions([window.startAction, window.pauseAction, window.stopAction])
     run_menu.addSeparator()
     window.queueAddAction = QAction("&Add to queue", window, shortcut="Ctrl+Shift+U")
     window.queueAddAction.triggered.connect(lambda: window.show_queue(add=[]))

@@ -10,6 +10,9 @@ import json
 from PySide6.QtCore import QByteArray, QDataStream, QPoint, QRect, QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 
+from core.config import RunConfig
+from core.errors import ConfigError
+
 CONFIG_KEY = "run/config"
 PROCESSES_KEY = "run/processes"
 SEPARATE_PROCESS_KEY = "run/separateProcess"
@@ -67,8 +70,6 @@ def _shown(value, limit: int = 60) -> str:
 
 def config_from_saved(data: dict, notes: list[str]):
     """A RunConfig from a saved dict: each saved value core accepts, else the default and a note."""
-    from core.config import RunConfig
-    from core.errors import ConfigError
     from core.tasks import TASKS
 
     def ignore(key: str, value, reason: str, default) -> None:
@@ -201,8 +202,11 @@ class WindowSettings:
         """The last form (each saved value that still validates) and the processes / isolation choice."""
         notes: list[str] = []
         try:
+            from core.tasks import TASKS, task_source
+
             data = self._saved_config_dict(notes)
-            if data is not None and self._is_unloaded_task_file(data.get("task")):
+            task = (data or {}).get("task")
+            if isinstance(task, str) and task not in TASKS and task_source(task):  # a task file not loaded yet
                 # Its code runs only when the user picks it: the saved form comes back then (restore_deferred).
                 self.deferred, data = data, None
                 window.logPanel.log(
@@ -219,12 +223,6 @@ class WindowSettings:
         if self.deferred is not None:
             self._form_then = self._config_to_save(window)
         self._log(window, notes)
-
-    @staticmethod
-    def _is_unloaded_task_file(task) -> bool:
-        from core.tasks import TASKS, task_source
-
-        return isinstance(task, str) and task not in TASKS and bool(task_source(task))
 
     def restore_deferred(self, window, task: str) -> None:
         """The form saved with task file `task`, kept aside at start-up, now that the task is loaded."""
@@ -316,8 +314,6 @@ class WindowSettings:
 
     def _config_to_save(self, window) -> dict | None:
         """The form as a RunConfig dict. A value core rejects is not saved: that setting's last saved value stays."""
-        from core.errors import ConfigError
-
         try:
             config = window.setupPanel.config()
         except ConfigError:

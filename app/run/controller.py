@@ -1,6 +1,5 @@
-"""RunController: the one training run at a time (a RunHandle of any kind, never asked which), its signals forwarded, a
-clean join when it ends or the window closes, and a spare training process started ahead of time.
-"""
+"""RunController: one training run at a time (a RunHandle of any kind, never asked which), its signals forwarded, a
+clean join when it ends or the window closes, and a spare training process started ahead of time."""
 
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ class RunController(QObject):
         self._spare: ProcessRun | None = None
         self._closing = False  # shutdown() started: no new spare
 
-    # ------------------------------------------------------------------ the current run
     @property
     def run(self) -> RunHandle | None:
         return self._run
@@ -49,8 +47,7 @@ class RunController(QObject):
 
     @property
     def stop_pid(self) -> int:
-        """The process a SIGTERM stops gracefully: the child training process (or torchrun's launcher), else this
-        one."""
+        """The process a SIGTERM stops gracefully: the training process (or torchrun's launcher), else this one."""
         if isinstance(self._run, ProcessRun):
             return int(self._run.process.processId())
         return os.getpid()
@@ -76,8 +73,8 @@ class RunController(QObject):
         separate_process: bool = False,
         host=None,
     ) -> None:
-        """`host`: a detached run there, followed (RemoteRun). `separate_process` or several processes: a child process.
-        Otherwise the trainer on a QThread, with `devices` to resolve the device."""
+        """On `host`: a detached run there (RemoteRun); `separate_process` or several processes: a child process;
+        else the trainer on a QThread, with `devices` to resolve the device."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         if host is not None:
@@ -90,8 +87,7 @@ class RunController(QObject):
         self._adopt(run, lambda: run.start(config, resume_from))
 
     def attach(self, target: str, host=None) -> None:
-        """Follow the run `target` names (a run folder here, or HOST:PATH reached with `host`) from its start, then
-        live."""
+        """Follow the run `target` names (a run folder here, or HOST:PATH reached with `host`) from its start."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         run = RemoteRun(self, host=host)
@@ -141,7 +137,6 @@ class RunController(QObject):
         run.deleteLater()
         self.runningChanged.emit(False)
 
-    # ------------------------------------------------------------------ a process started ahead of time
     @property
     def spare(self) -> ProcessRun | None:
         """The prestarted training process waiting for settings (None if there is none)."""
@@ -157,25 +152,28 @@ class RunController(QObject):
         self._spare = spare
         spare.prestart()
 
-    def discard_spare(self) -> None:
+    def _release_spare(self) -> ProcessRun | None:
         spare, self._spare = self._spare, None
         if spare is not None:
             disconnect(spare.finished, self._on_spare_finished)
+        return spare
+
+    def discard_spare(self) -> None:
+        spare = self._release_spare()
+        if spare is not None:
             spare.discard()
             spare.deleteLater()
 
     def _take_spare(self) -> ProcessRun | None:
-        spare = self._spare
-        if spare is None or not spare.running:
+        if self._spare is None or not self._spare.running:
             return None
-        self._spare = None
-        disconnect(spare.finished, self._on_spare_finished)
+        spare = self._release_spare()
         spare.setObjectName("trainingProcess")
         return spare
 
     @Slot()
     def _on_spare_finished(self) -> None:
         """The spare exited before it was used (killed, or it could not start): the next run starts afresh."""
-        spare, self._spare = self._spare, None
+        spare = self._release_spare()
         if spare is not None:
             spare.deleteLater()

@@ -1,39 +1,30 @@
-"""One way to run a plain function `fn(progress, control)` on a QThread (training on a thread, the lab tools, loading
-and exporting checkpoints); progress, result and error come back as queued signals on the GUI thread.
+"""One way to run `fn(progress, control)` on a QThread; progress, result and error come back as queued signals.
 
-Traps handled here once: `done` quits the thread with a direct connection (no deadlock with a GUI thread in
-`wait()`); the QThread is joined before it is deleted; the worker is deleted on the GUI thread after the join (never
-in its own exiting thread, which can hang on the GIL); a finished job's signals are disconnected. A JobRunner's jobs
-never keep the runner alive: if the last reference to a Python-owned runner were a job's connection, it would be
-dropped inside that job's destructor (its deferred deletion), and the runner's destructor would delete that
-half-destroyed child a second time (a segfault). A reaped job's connections are released at once, in ordinary code.
+Traps handled once: `done` quits the thread by a direct connection (no deadlock with a GUI thread in `wait()`); the
+QThread is joined before deletion; the worker is deleted on the GUI thread after the join (in its own exiting thread it
+can hang on the GIL). A job never keeps its JobRunner alive: were a job's connection the last reference, the runner
+would be dropped inside that job's destructor and delete the half-destroyed child again (a segfault).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import traceback
 import weakref
 from collections.abc import Callable
 
 import shiboken6
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from core.engine.control import RunControl
 from core.errors import AmpConsoleError
 
 
-def disconnect(signal, slot) -> None:
-    try:
-        signal.disconnect(slot)
-    except (RuntimeError, TypeError):  # already disconnected, or its sender is gone
-        pass
-
-
-def disconnect_all(signal) -> None:
-    try:
-        signal.disconnect()
-    except (RuntimeError, TypeError):  # nothing connected, or its sender is gone
-        pass
+def disconnect(signal, slot=None) -> None:
+    """`signal` from `slot` (None: from everything), quietly when not connected or its sender is gone."""
+    with contextlib.suppress(RuntimeError, TypeError):
+        signal.disconnect() if slot is None else signal.disconnect(slot)
 
 
 def _reap(runner: weakref.ref, job: BackgroundJob) -> None:
@@ -166,7 +157,7 @@ class JobRunner(QObject):
     def _reap(self, job: BackgroundJob) -> None:
         self._jobs.discard(job)
         for signal in (job.succeeded, job.failed, job.runningChanged):
-            disconnect_all(signal)  # the callbacks and what they hold go now, not inside the job's destructor
+            disconnect(signal)  # the callbacks and what they hold go now, not inside the job's destructor
         job.deleteLater()
         if not self._jobs:
             self.busyChanged.emit(False)
@@ -186,24 +177,17 @@ class GuiThreadGarbageCollector(QObject):
     _was_enabled = True
 
     def __init__(self, parent: QObject, interval_ms: int = 1000):
-        import gc
-
-        from PySide6.QtCore import QTimer
-
         super().__init__(parent)
         if GuiThreadGarbageCollector._active == 0:
             GuiThreadGarbageCollector._was_enabled = gc.isenabled()
             gc.disable()
         GuiThreadGarbageCollector._active += 1
         self._stopped = False
-        self._timer = QTimer(self, interval=interval_ms)
-        self._timer.timeout.connect(self.collect)
+        self._timer = QTimer(self, interval=interval_ms, timeout=self.collect)
         self._timer.start()
 
     @Slot()
     def collect(self) -> None:
-        import gc
-
         (t0, t1, t2), (c0, c1, c2) = gc.get_threshold(), gc.get_count()
         generation = 2 if c2 > t2 else 1 if c1 > t1 else 0 if c0 > t0 else None
         if generation is not None:
@@ -211,15 +195,10 @@ class GuiThreadGarbageCollector(QObject):
 
     @staticmethod
     def freeze_loaded() -> None:
-        """gc.freeze what exists now (torch's, Qt's modules), so a full collection on the GUI thread walks only what was
-        made since."""
-        import gc
-
+        """gc.freeze what exists now (torch, Qt): a full collection on the GUI thread then walks only what came since."""
         gc.freeze()
 
     def stop(self) -> None:
-        import gc
-
         if self._stopped:
             return
         self._stopped = True

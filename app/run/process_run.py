@@ -1,11 +1,8 @@
-"""A run in a child process, as a QProcess: `python -m core.cli train --events --config-stdin` (settings arrive as a
-JSON line, so it can start ahead of time) or `--nproc N --config FILE` (torchrun).
-
-A separate process keeps the trainer off the window's GIL, and a crash ends the run, not the window. A timer reads
-what the child's metrics.jsonl gained (core.engine.follow); pause, resume and stop are requests in its run folder
-(core.engine.folder_control). Its stdin closing (the window gone) stops it; it runs in its own session, interrupted
-then killed if it does not stop in time.
-"""
+"""A run in a child process (QProcess): `python -m core.cli train --events --config-stdin` (settings as a JSON line,
+so it can start ahead of time) or `--nproc N --config FILE` (torchrun). It keeps the trainer off the window's GIL, and a
+crash ends the run, not the window. A timer reads what its metrics.jsonl gained (core.engine.follow); pause, resume
+and stop are requests in its run folder (core.engine.folder_control). Its stdin closing (the window gone) stops it; it
+runs in its own session, interrupted then killed if it does not stop in time."""
 
 from __future__ import annotations
 
@@ -20,6 +17,7 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
 from app.run.handle import RunHandle
 from app.run.jobs import JobRunner
+from core.cli.common import signal_name
 from core.config import train_command
 from core.engine.events import RunEnded, RunStarted, event_or_none
 from core.engine.folder_control import write_request
@@ -39,13 +37,6 @@ def launcher_command(config_path: str, processes: int, resume_from: str | None =
 def spare_command() -> list[str]:
     """A training process started ahead of time: it loads the engine, then waits for its settings on stdin."""
     return train_command()
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def describe_signal(number: int, processes: int = 1) -> str:
@@ -79,8 +70,7 @@ class ProcessRun(RunHandle):
         self.setup_details = ""
         self._started = False  # RunStarted seen: a later death is a failed run, not a setup error
         self._follower: MetricsFollower | None = None  # the run's metrics.jsonl, once the child said where
-        self._follow = QTimer(self, interval=FOLLOW_MS)
-        self._follow.timeout.connect(self._read_events)
+        self._follow = QTimer(self, interval=FOLLOW_MS, timeout=self._read_events)
         self._asked: list[str] = []  # pause/resume/stop asked for before the run's folder was known
         self._requests = JobRunner(self)
         self.processes = processes
@@ -88,8 +78,7 @@ class ProcessRun(RunHandle):
         self.warm = False  # a spare has loaded the engine
         self._done = False
         self._folder: tempfile.TemporaryDirectory | None = None  # the torchrun config file's
-        self._escalate = QTimer(self, singleShot=True)
-        self._escalate.timeout.connect(self._escalate_stop)
+        self._escalate = QTimer(self, singleShot=True, timeout=self._escalate_stop)
         self._stopping: StopEscalation | None = None
 
     @property
@@ -165,8 +154,7 @@ class ProcessRun(RunHandle):
         )
 
     def stop(self) -> None:
-        """Ask the run to stop after its step (checkpoint written); past the grace the process group is
-        interrupted, then killed (core.process.StopEscalation)."""
+        """Ask the run to stop after its step; past the grace its process group is interrupted, then killed."""
         if not self.running or self._stop_requested:
             return
         self._stop_requested = True

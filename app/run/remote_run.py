@@ -22,6 +22,7 @@ from core.engine.events import (
     RunStarted,
     event_or_none,
 )
+from core.engine.folder_control import send_control
 
 CONTROL_SECONDS = 30.0  # how long a control request waits for the run's acknowledgement and outcome
 
@@ -42,11 +43,6 @@ class _Found:
     target: str
     folder: str
     where: str  # the host's name, or "this machine"
-
-
-@dataclass(frozen=True)
-class _Progress:
-    text: str
 
 
 class RemoteRun(RunHandle):
@@ -72,7 +68,7 @@ class RemoteRun(RunHandle):
         self._job.progress.connect(self._on_progress)
         self._job.succeeded.connect(self._on_followed)
         self._job.failed.connect(self._on_failed)
-        self._job.runningChanged.connect(self._on_job_running)
+        self._job.runningChanged.connect(lambda running: running or self._finish_if_done())
         self._controls = JobRunner(self)
         self._controls.busyChanged.connect(lambda busy: busy or self._finish_if_done())
         self._stop_pending = False  # Stop pressed before the run's folder was known
@@ -80,7 +76,6 @@ class RemoteRun(RunHandle):
         self._ended = False  # a RunEnded came
         self._finished = False
 
-    # ------------------------------------------------------------------ starting and attaching
     def start(self, config, resume_from: str | None = None) -> None:
         """Start `config` on the host (paths in it are the host's), then follow it from its start."""
         host, nproc = self.host, (self.processes if self.processes > 1 else None)
@@ -89,17 +84,14 @@ class RemoteRun(RunHandle):
         def work(progress, control):
             from core.remote.client import follow_remote, start_remote_run
 
-            run = start_remote_run(
-                host, config, resume=resume_from, nproc=nproc, on_progress=lambda text: progress(_Progress(text))
-            )
+            run = start_remote_run(host, config, resume=resume_from, nproc=nproc, on_progress=progress)
             progress(_Found(run.target, run.folder, host.dest))
             return self._follow(follow_remote(host, run.folder), progress)
 
         self._job.start(work)
 
     def attach(self, target: str) -> None:
-        """Follow the run `target` names (a folder here, a run's name under the runs root, or HOST:PATH) from its
-        start."""
+        """Follow the run `target` names (a folder here, a run's name under the runs root, or HOST:PATH) from its start."""
         host = self.host
 
         def work(progress, control):
@@ -132,7 +124,6 @@ class RemoteRun(RunHandle):
                 progress(event)
         return follower.status, follower.note
 
-    # ------------------------------------------------------------------ what the worker reports
     @Slot(object)
     def _on_progress(self, item) -> None:
         if isinstance(item, _Found):
@@ -151,8 +142,8 @@ class RemoteRun(RunHandle):
                 self._stop_pending = False
                 self._control("stop")
             return
-        if isinstance(item, _Progress):
-            self.notice.emit(item.text[:1].upper() + item.text[1:] + "…", "")
+        if isinstance(item, str):  # how the start on the host goes
+            self.notice.emit(item[:1].upper() + item[1:] + "…", "")
             return
         from core.remote.client import FollowNote  # imported by the worker already (core.remote loads torch)
 
@@ -201,11 +192,6 @@ class RemoteRun(RunHandle):
         where = f"{self.target}: " if self.target else ""
         self.notice.emit(f"Stopped following {where}{message}", "status-error")
 
-    @Slot(bool)
-    def _on_job_running(self, running: bool) -> None:
-        if not running:
-            self._finish_if_done()
-
     def _finish_if_done(self) -> None:
         """finished() once the follower and every control request are over (no QThread outlives this)."""
         if self._finished or self._job.running or self._controls.busy:
@@ -213,7 +199,6 @@ class RemoteRun(RunHandle):
         self._finished = True
         self.finished.emit()
 
-    # ------------------------------------------------------------------ the RunHandle interface
     @property
     def running(self) -> bool:
         return not self._finished
@@ -256,7 +241,6 @@ class RemoteRun(RunHandle):
                 from core.remote.client import control_remote
 
                 return control_remote(host, folder, verb, timeout=CONTROL_SECONDS)
-            from core.engine.folder_control import send_control
 
             return send_control(folder, verb, timeout=CONTROL_SECONDS)
 
@@ -280,12 +264,10 @@ class RemoteRun(RunHandle):
 
     def _undo(self, verb: str) -> None:
         """A request that was refused or got no answer: the buttons show the run as it is."""
-        if verb == "pause":
-            self._paused = False
-        elif verb == "resume":
-            self._paused = True
-        elif verb == "stop":
+        if verb == "stop":
             self._stop_requested = False
+        else:
+            self._paused = verb == "resume"
 
     def shutdown(self) -> None:
         """Stop following (the run goes on where it is) and join the follower and control requests."""

@@ -49,9 +49,7 @@ class ThreadRun(RunHandle):
     def running(self) -> bool:
         return self._job.running
 
-    @property
-    def can_pause(self) -> bool:
-        return self._job.running
+    can_pause = running  # a thread run pauses whenever it runs
 
     @property
     def paused(self) -> bool:

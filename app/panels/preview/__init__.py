@@ -1,24 +1,20 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
-Pick a run (or a checkpoint file), its checkpoint (by default the one its summary advised; or its best, or its last)
-and a device; the checkpoint loads as a core.runs.predict.Predictor (a task file's in a child process,
-core.runs.predictor_child) and its task's page is built from the kinds its serving part declares
-(core.tasks.serving.PreviewSpec; pages.py, widgets.py, drawing.py), so no task is named here. The model never
-runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time, only the newest of each kind
-waiting. Errors are one line in the panel.
-"""
+Pick a run (or a checkpoint file), its checkpoint (the one its summary advised, its best or its last) and a device; it
+loads as a core.runs.predict.Predictor (a task file's in a child process, core.runs.predictor_child) and the task's
+page is built from its serving's PreviewSpec (pages.py, widgets.py, drawing.py): no task is named here. The model
+never runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time. Errors are one line."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QStackedWidget,
@@ -29,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.panels.preview.evaluation_tab import EvaluationTab
 from app.panels.preview.pages import PAGES, Page, page_class
 from app.panels.preview.queue import PredictionQueue
-from app.panels.preview.widgets import fmt
+from app.panels.preview.widgets import box_layout, coloured, fmt, refill
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.run.jobs import JobRunner
 
@@ -52,12 +48,9 @@ def describe_predictor(predictor) -> str:
     return " · ".join(parts)
 
 
-# ============================================================================== the dialog
 class PreviewDialog(QDialog):
     """The Model preview: a run (or a checkpoint file), advised, best or last, a device; then the task's page.
-
-    `runs_root()` gives the folder whose runs are offered; `devices()` the device ids to offer (cpu first).
-    """
+    `runs_root()` gives the folder whose runs are offered; `devices()` the device ids to offer (cpu first)."""
 
     def __init__(self, runs_root: Callable[[], Path], devices: Callable[[], list[str]] | None = None, parent=None):
         super().__init__(parent)
@@ -82,33 +75,25 @@ class PreviewDialog(QDialog):
         self.runCombo = QComboBox(objectName="previewRunCombo")
         self.runCombo.setMinimumWidth(320)
         self.runCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.runCombo.activated.connect(lambda _i: self.load())
         self.refreshButton = QPushButton("Refresh", objectName="previewRefreshButton", clicked=self.refresh)
         self.browseButton = QPushButton("Browse…", objectName="previewBrowseButton", clicked=self.browse)
         self.browseButton.setToolTip("Preview a checkpoint file (.pt) from anywhere")
         self.whichCombo = QComboBox(objectName="previewWhichCombo")
-        self.whichCombo.addItem("Advised checkpoint", "advised")
-        self.whichCombo.addItem("Best checkpoint", "best")
-        self.whichCombo.addItem("Last checkpoint", "last")
+        for which in ("advised", "best", "last"):
+            self.whichCombo.addItem(f"{which.capitalize()} checkpoint", which)
         self.whichCombo.setToolTip(
             "The checkpoint the run's summary advised (its best, or its last weights when its validation split "
             "was too small to choose the best by: said below), its best (its last when it kept no best), or its last"
         )
-        self.whichCombo.activated.connect(lambda _i: self.load())
         self.deviceCombo = QComboBox(objectName="previewDeviceCombo")
         self.deviceCombo.setToolTip(
             "Where the model runs; one request at a time is quick on the CPU, which also "
             "leaves an accelerator to a run that is training"
         )
-        self.deviceCombo.activated.connect(lambda _i: self.load())
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Run"))
-        top.addWidget(self.runCombo, 1)
-        top.addWidget(self.refreshButton)
-        top.addWidget(self.browseButton)
-        top.addWidget(self.whichCombo)
-        top.addWidget(QLabel("Device"))
-        top.addWidget(self.deviceCombo)
+        for combo in (self.runCombo, self.whichCombo, self.deviceCombo):
+            combo.activated.connect(lambda _i: self.load())
+        choices = (QLabel("Run"), (self.runCombo, 1), self.refreshButton, self.browseButton, self.whichCombo)
+        top = box_layout(None, *choices, QLabel("Device"), self.deviceCombo, horizontal=True)
 
         self.header = QLabel("Pick a run to try its model.", objectName="previewHeader", wordWrap=True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
@@ -138,13 +123,11 @@ class PreviewDialog(QDialog):
         layout.addWidget(self.statusLabel)
         self.refresh_devices()
 
-    # ------------------------------------------------------------------ choices
     def refresh_devices(self) -> None:
         keep = self.deviceCombo.currentText() or "cpu"
         ids = [str(d) for d in self._devices()]
         ids = ids if "cpu" in ids else ["cpu", *ids]
-        self.deviceCombo.clear()
-        self.deviceCombo.addItems(ids)
+        refill(self.deviceCombo, ids)
         self.deviceCombo.setCurrentText(keep if keep in ids else "cpu")
 
     def refresh(self) -> None:
@@ -163,21 +146,20 @@ class PreviewDialog(QDialog):
         self.refreshButton.setEnabled(True)
         keep = self._wanted or self.current_source()
         self.runs = runs
-        self.runCombo.blockSignals(True)
-        self.runCombo.clear()
-        for run in runs:
-            status = run.get("status") or "?"
-            self.runCombo.addItem(f"{run.get('name')} · {run.get('task')} · {status}", run.get("folder"))
-        if self._wanted and self.runCombo.findData(self._wanted) < 0 and self._wanted not in self.outside:
-            self.outside.append(self._wanted)  # a run outside the runs root (Try it… on it): offered from now on
-        for folder in self.outside:
-            if self.runCombo.findData(folder) < 0:
-                self.runCombo.addItem(f"{Path(folder).name} · {folder}", folder)
-        for path in self.files:
-            self._add_file_item(path)
-        index = self.runCombo.findData(keep) if keep else -1
-        self.runCombo.setCurrentIndex(index if index >= 0 else (0 if self.runCombo.count() else -1))
-        self.runCombo.blockSignals(False)
+        combo = self.runCombo
+        with QSignalBlocker(combo):
+            combo.clear()
+            for run in runs:
+                combo.addItem(f"{run.get('name')} · {run.get('task')} · {run.get('status') or '?'}", run.get("folder"))
+            if self._wanted and combo.findData(self._wanted) < 0 and self._wanted not in self.outside:
+                self.outside.append(self._wanted)  # a run outside the runs root (Try it… on it): offered from now on
+            for folder in self.outside:
+                if combo.findData(folder) < 0:
+                    combo.addItem(f"{Path(folder).name} · {folder}", folder)
+            for path in self.files:
+                self._add_file_item(path)
+            index = combo.findData(keep) if keep else -1
+            combo.setCurrentIndex(index if index >= 0 else (0 if combo.count() else -1))
         if keep and index < 0 and self.runCombo.count():  # what was shown is gone (deleted): show what is picked
             self._wanted = None
             self.load()
@@ -226,7 +208,6 @@ class PreviewDialog(QDialog):
         if path:
             self.open_file(path)
 
-    # ------------------------------------------------------------------ loading
     def load(self) -> None:
         """Load the chosen checkpoint (a newer choice supersedes a load still running)."""
         source = self.current_source()
@@ -247,8 +228,7 @@ class PreviewDialog(QDialog):
         self.queue.submit("load", lambda: load_for_preview(source, which, device, self.children), supersede=True)
 
     def _page(self, predictor) -> Page | None:
-        """The page for the predictor's task, built from the kinds its serving declares (again when they
-        changed); None when it declares none this window shows."""
+        """The page for the predictor's task, built from its serving's PreviewSpec (again when that changed), or None."""
         spec = getattr(predictor.serving, "preview", None)
         page = self.pages.get(predictor.task)
         if page is not None and page.spec == spec:
@@ -292,10 +272,10 @@ class PreviewDialog(QDialog):
     def _message(self, text: str, error: bool = True) -> None:
         self.predictor = None
         self.evaluation.set_checkpoint(None)
-        self.messageLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{text}</span>" if error else text)
+        self.messageLabel.setText(coloured(text, ERROR_COLOUR) if error else text)
         self.stack.setCurrentWidget(self.messageLabel)
         if error:
-            self.header.setText(f"<span style='color:{ERROR_COLOUR}'>Nothing loaded</span>")
+            self.header.setText(coloured("Nothing loaded", ERROR_COLOUR))
 
     def _close_children(self, keep=None) -> None:
         """Stop the child processes of task files' models (ChildPredictor) but `keep`'s: dropped, or superseded."""
@@ -303,7 +283,6 @@ class PreviewDialog(QDialog):
             self.children.remove(child)
             child.close()
 
-    # ------------------------------------------------------------------ requests and results
     def _submit(self, kind: str, fn: Callable[[], object]) -> None:
         self.statusLabel.setText(self._note)  # a new request: an earlier request's error no longer stands
         self.queue.submit(kind, fn)
@@ -330,10 +309,9 @@ class PreviewDialog(QDialog):
         page = self._page_for(kind)
         if page is not None:
             page.show_error(kind, message)
-        self.statusLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{message}</span>")
+        self.statusLabel.setText(coloured(message, ERROR_COLOUR))
         self.statusLabel.setToolTip(details)
 
-    # ------------------------------------------------------------------ lifetime
     @property
     def busy(self) -> bool:
         return not self.queue.idle

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QWidget
+
+from app.panels.preview.widgets import box_layout
 
 SUPERSAMPLE = 6  # ink cells to a pixel, a side
 # The brush inks fully within BRUSH_CORE pixels of the pointer and fades to nothing over BRUSH_EDGE more: a
@@ -48,7 +50,6 @@ class DrawingPad(QWidget):
     def sizeHint(self):
         return QSize(self.cols * CELL_PX + 2 * MARGIN, self.rows * CELL_PX + 2 * MARGIN)
 
-    # ------------------------------------------------------------------ the pixels
     def pixel_ink(self) -> np.ndarray:
         """(rows, cols) mean ink of each pixel, 0..1."""
         return self.ink.reshape(self.rows, SUPERSAMPLE, self.cols, SUPERSAMPLE).mean(axis=(1, 3))
@@ -72,7 +73,6 @@ class DrawingPad(QWidget):
         self.update()
         self.drawn.emit()
 
-    # ------------------------------------------------------------------ geometry
     def image_rect(self) -> QRectF:
         """Where the pixels are drawn: square pixels, as large as fit, at the top, centred across."""
         side = max(1.0, min((self.width() - 2 * MARGIN) / self.cols, (self.height() - 2 * MARGIN) / self.rows))
@@ -85,7 +85,6 @@ class DrawingPad(QWidget):
         side = rect.width() / self.cols
         return (pos.x() - rect.left()) / side, (pos.y() - rect.top()) / side
 
-    # ------------------------------------------------------------------ drawing
     def stroke(self, start: tuple[float, float], end: tuple[float, float], erase: bool = False) -> bool:
         """Ink (or erase) along the segment start..end (in pixels) with the soft round brush; whether any pixel
         changed (`drawn` is emitted when one did)."""
@@ -114,30 +113,30 @@ class DrawingPad(QWidget):
         self.drawn.emit()
         return True
 
+    def _stroke_to(self, event) -> None:
+        """The held button's stroke from its last point to the event's."""
+        point = self.to_pixels(event.position())
+        if self.mode is not None:
+            self.stroke(self._last or point, point, erase=self.mode == "erase")
+            self._last = point
+        event.accept()
+
     def mousePressEvent(self, event) -> None:
         button = event.button()
         if button not in (Qt.MouseButton.LeftButton, Qt.MouseButton.RightButton):
             super().mousePressEvent(event)
             return
-        self.mode = "ink" if button == Qt.MouseButton.LeftButton else "erase"
-        self._last = self.to_pixels(event.position())
-        self.stroke(self._last, self._last, erase=self.mode == "erase")
-        event.accept()
+        self.mode, self._last = ("ink" if button == Qt.MouseButton.LeftButton else "erase"), None
+        self._stroke_to(event)
 
     def mouseMoveEvent(self, event) -> None:
         self._hover = event.position()
-        point = self.to_pixels(event.position())
-        if self.mode is not None and self._last is not None:
-            self.stroke(self._last, point, erase=self.mode == "erase")
-            self._last = point
+        self._stroke_to(event)
         self.update()
-        event.accept()
 
     def mouseReleaseEvent(self, event) -> None:
-        if self.mode is not None and self._last is not None:
-            self.stroke(self._last, self.to_pixels(event.position()), erase=self.mode == "erase")
+        self._stroke_to(event)
         self.mode, self._last = None, None
-        event.accept()
 
     def leaveEvent(self, event) -> None:
         self._hover = None
@@ -147,7 +146,6 @@ class DrawingPad(QWidget):
     def contextMenuEvent(self, event) -> None:
         event.accept()  # the right button erases here: no menu
 
-    # ------------------------------------------------------------------ showing it
     def paintEvent(self, event) -> None:
         rect = self.image_rect()
         side = rect.width() / self.cols
@@ -189,12 +187,7 @@ class DrawingPanel(QWidget):
         self.clearButton.setToolTip(f"Blank every pixel ({spec.pixel_range[0]:g})")
         hint = QLabel("Left button draws, right erases", objectName=f"{name}PadHint", wordWrap=True)
         hint.setToolTip(f"Draw a {spec.noun}: the model is asked once the drawing pauses")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.pad)
-        layout.addWidget(hint)
-        layout.addWidget(self.clearButton, 0, Qt.AlignmentFlag.AlignLeft)
-        layout.addStretch(1)
+        box_layout(self, self.pad, hint, (self.clearButton, 0, Qt.AlignmentFlag.AlignLeft), 1)
 
 
 def _cells(low: float, high: float, pixels: int) -> tuple[int, int]:

@@ -6,9 +6,9 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QScrollArea, QWidget
 
-from app.panels.preview.widgets import MUTED_COLOUR
+from app.panels.preview.widgets import MUTED_COLOUR, box_layout, coloured
 from app.run.jobs import BackgroundJob, JobRunner
 from core.text import printable
 
@@ -20,8 +20,6 @@ class EvaluationTab(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        from PySide6.QtWidgets import QScrollArea
-
         from app.panels.evaluation_view import EvaluationView
 
         self.setObjectName("previewEvaluationTab")
@@ -39,18 +37,15 @@ class EvaluationTab(QWidget):
         self.evaluateButton = QPushButton("Evaluate", objectName="previewEvaluateButton", clicked=self.evaluate)
         self.infoLabel = QLabel(objectName="previewEvaluationInfo", wordWrap=True)
         self.infoLabel.setTextFormat(Qt.TextFormat.RichText)
-        top = QHBoxLayout()
-        top.addWidget(self.infoLabel, 1)
-        top.addWidget(self.evaluateButton, 0, Qt.AlignmentFlag.AlignTop)
+        top = box_layout(
+            None, (self.infoLabel, 1), (self.evaluateButton, 0, Qt.AlignmentFlag.AlignTop), horizontal=True
+        )
         scroll = QScrollArea(
             objectName="previewEvaluationScroll", widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame
         )
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(self.view)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(scroll, 1)
+        box_layout(self, top, (scroll, 1))
         self.set_checkpoint(None)
 
     @property
@@ -60,8 +55,7 @@ class EvaluationTab(QWidget):
         return None if self.checkpoint is None else report_folder(self.checkpoint)
 
     def set_checkpoint(self, checkpoint, device: str = "cpu") -> None:
-        """The preview loaded `checkpoint` (None: nothing loaded): show its run's report, read off the GUI
-        thread."""
+        """The preview loaded `checkpoint` (None: nothing): show its run's report, read off the GUI thread."""
         self._serial += 1
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.device = device
@@ -113,12 +107,10 @@ class EvaluationTab(QWidget):
             printable(f"evaluation.json: {about}, {report.get('split', '?')} split, {report.get('created', '')}"),
             quote=False,
         )
-        same = self.checkpoint is not None and measured == self.checkpoint.name
-        if not same and self.checkpoint is not None:
+        if self.checkpoint is not None and measured != self.checkpoint.name:
             shown = html.escape(printable(measured), quote=False)
-            text += (
-                f"<br><span style='color:{MUTED_COLOUR}'>This report measured {shown}; Evaluate "
-                f"measures {self.checkpoint.name}.</span>"
+            text += "<br>" + coloured(
+                f"This report measured {shown}; Evaluate measures {self.checkpoint.name}.", MUTED_COLOUR
             )
         self.infoLabel.setText(text)
         self.view.show_report(bounded)

@@ -1,28 +1,22 @@
-"""The preview's pages, one per kind of input a task's serving declares (core.tasks.serving.PreviewSpec):
-text, feature_row (fields, a sample, or a drawing pad for an image), feature_rows (a group of rows ranked
-beside their true labels) and id_sequence (an id history and the model's top entries after it). Each shows
-its declared kind of output with a view of app.panels.preview.widgets; no task is named here.
-
-A page asks through `submit(kind, fn)`: `fn` runs on the dialog's worker (the Predictor's preview_* methods),
-its result comes back to `show_result`.
-"""
+"""The preview's pages, one per kind of input a task's serving declares (core.tasks.serving.PreviewSpec): text,
+feature_row (fields, a sample, or a drawing pad for an image), feature_rows (a group of rows ranked beside their true
+labels) and id_sequence (an id history and the model's top entries after it). Each shows its declared kind of output
+with a view of app.panels.preview.widgets; no task is named here. A page asks through `submit(kind, fn)`: `fn` runs on
+the dialog's worker (the Predictor's preview_* methods), its result comes back to `show_result`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSignalBlocker, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDoubleSpinBox,
     QGridLayout,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -34,11 +28,14 @@ from app.panels.preview.widgets import (
     RankedListView,
     ScoreView,
     ValuesView,
+    box_layout,
     brush,
+    clear_grid,
     coloured,
     fmt,
     parse_ids,
-    searchable,
+    picker,
+    refill,
 )
 from app.panels.tuning import NumericItem, make_table
 
@@ -61,8 +58,7 @@ class Page(QWidget):
         self.name = name
         self.predictor = None
         self._submit = submit
-        self.debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
-        self.debounce.timeout.connect(self.request)
+        self.debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS, timeout=self.request)
 
     def set_predictor(self, predictor, examples) -> None:
         self.predictor = predictor
@@ -126,14 +122,8 @@ class TextPage(_OneAnswerPage):
             f"{spec.label} with the word minus {spec.label} without it: + pushed it up"
         )
         self.wordsLabel = QLabel(self._words_text(), objectName=f"{name}WordsLabel", wordWrap=True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.edit, 1)
-        layout.addWidget(self.output)
-        if spec.explain:
-            layout.addWidget(self.wordsLabel)
-            layout.addWidget(self.words_table, 3)
-        else:
+        box_layout(self, (self.edit, 1), self.output, self.wordsLabel, (self.words_table, 3))
+        if not spec.explain:
             self.wordsLabel.hide()
             self.words_table.hide()
 
@@ -210,23 +200,14 @@ class FeatureRowPage(_OneAnswerPage):
         self.sampleButton = QPushButton("Sample", objectName=f"{name}SampleButton", clicked=self.sample)
         self.sampleButton.setToolTip("Fill the fields with a point from the run's data (the next one each click)")
         self.drawing = None  # spec.image: the pad, shown when the model reads that many pixels
-        top = QHBoxLayout()
         if spec.image:
             from app.panels.preview.drawing import DrawingPanel
 
             self.drawing = DrawingPanel(spec, name, self)
             self.drawing.drawn.connect(self._drawn)
-            top.addWidget(self.drawing)
-        top.addLayout(self.fields, 1)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.sampleButton)
-        buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addLayout(buttons)
-        layout.addWidget(self.output)
-        layout.addStretch(1)
+        top = box_layout(None, self.drawing, (self.fields, 1), horizontal=True)
+        buttons = box_layout(None, self.sampleButton, 1, horizontal=True)
+        box_layout(self, top, buttons, self.output, 1)
 
     @property
     def pad_shown(self) -> bool:
@@ -238,8 +219,7 @@ class FeatureRowPage(_OneAnswerPage):
         they lie, each in spec.pixel_range), each under its column's name."""
         if count == len(self.inputs):
             return
-        while self.fields.count():
-            self.fields.takeAt(0).widget().deleteLater()
+        clear_grid(self.fields)
         self.inputs = []
         image = self.drawing is not None and count == self.spec.pixels
         low, high = sorted(self.spec.pixel_range) if image else (-1e6, 1e6)
@@ -278,9 +258,8 @@ class FeatureRowPage(_OneAnswerPage):
 
     def _set_values(self, values) -> None:
         for box, value in zip(self.inputs, values):
-            box.blockSignals(True)
-            box.setValue(value)
-            box.blockSignals(False)
+            with QSignalBlocker(box):
+                box.setValue(value)
 
     def _show_pixels(self) -> None:
         if self.pad_shown:
@@ -332,31 +311,17 @@ class FeatureRowsPage(Page):
         self.scores: list[float] = []  # the model's score per row, in the group's own order
         self.measure: float | None = None  # the task's measure of the order shown (None: none, or no labels)
         self.measure_name: str | None = None
-        self.queryCombo = QComboBox(objectName=f"preview{spec.noun.capitalize()}Combo")
-        searchable(self.queryCombo, f"search a {spec.noun} id")
-        self.queryCombo.setMinimumWidth(260)
+        self.queryCombo = picker(spec.noun, 260)
         self.queryCombo.currentIndexChanged.connect(lambda _i: self.request())
         self.output = RankedListView(spec, "True label", name, self)
         self.table, self.infoLabel = self.output.table, self.output.infoLabel
-        top = QHBoxLayout()
-        top.addWidget(QLabel(spec.noun.capitalize()))
-        top.addWidget(self.queryCombo)
-        top.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(self.output, 1)
+        top = box_layout(None, QLabel(spec.noun.capitalize()), self.queryCombo, 1, horizontal=True)
+        box_layout(self, top, (self.output, 1))
 
     def set_predictor(self, predictor, examples) -> None:
         super().set_predictor(predictor, examples)
         self.queries = list(examples or [])
-        self.queryCombo.blockSignals(True)
-        self.queryCombo.clear()
-        for query in self.queries:
-            self.queryCombo.addItem(f"{self.spec.noun} {query.query_id} · {len(query.doc_ids)} candidates")
-        self.queryCombo.blockSignals(False)
-        if self.queries:
-            self.queryCombo.setCurrentIndex(0)
+        refill(self.queryCombo, (f"{self.spec.noun} {q.query_id} · {len(q.doc_ids)} candidates" for q in self.queries))
         self.request()
 
     def request(self) -> None:
@@ -419,9 +384,7 @@ class IdSequencePage(Page):
         self.result = None  # the last answer shown (core.runs.predict.Recommendation)
         self.asked: tuple[list, bool] | None = None  # the (ids, exclude_seen) it answers
         noun, item = spec.noun, spec.item
-        self.userCombo = QComboBox(objectName=f"preview{noun.capitalize()}Combo")
-        searchable(self.userCombo, f"search a {noun} id")
-        self.userCombo.setMinimumWidth(220)
+        self.userCombo = picker(noun, 220)
         self.userCombo.currentIndexChanged.connect(self._user_chosen)
         self.historyEdit = QLineEdit(objectName="previewHistoryEdit")
         self.historyEdit.setPlaceholderText(spec.hint or f"or type {item} ids, oldest first")
@@ -433,29 +396,18 @@ class IdSequencePage(Page):
         self.excludeCheck.toggled.connect(self.request)
         self.output = RankedListView(spec, "Seen", name, self)
         self.table, self.infoLabel = self.output.table, self.output.infoLabel
-        top = QHBoxLayout()
-        top.addWidget(QLabel(noun.capitalize()))
-        top.addWidget(self.userCombo)
-        top.addWidget(QLabel("History"))
-        top.addWidget(self.historyEdit, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(self.excludeCheck)
-        layout.addWidget(self.output, 1)
+        top = box_layout(
+            None, QLabel(noun.capitalize()), self.userCombo, QLabel("History"), (self.historyEdit, 1), horizontal=True
+        )
+        box_layout(self, top, self.excludeCheck, (self.output, 1))
 
     def set_predictor(self, predictor, examples) -> None:
         super().set_predictor(predictor, examples)
         self.users = list(examples or [])
         first = next((h[0] for _u, h in self.users if len(h)), None)
         self.id_type = str if isinstance(first, str) else int
-        self.userCombo.blockSignals(True)
-        self.userCombo.clear()
-        for user, history in self.users:
-            self.userCombo.addItem(f"{self.spec.noun} {user} · {len(history)} {self.spec.item}s")
-        self.userCombo.blockSignals(False)
+        refill(self.userCombo, (f"{self.spec.noun} {user} · {len(h)} {self.spec.item}s" for user, h in self.users))
         if self.users:
-            self.userCombo.setCurrentIndex(0)
             self._user_chosen(0)
         else:
             self.request()
@@ -469,9 +421,8 @@ class IdSequencePage(Page):
         """Typed ids are no longer the picked example's: the picker says so by showing none."""
         index = self.userCombo.currentIndex()
         if 0 <= index < len(self.users) and self.history() != list(self.users[index][1]):
-            self.userCombo.blockSignals(True)
-            self.userCombo.setCurrentIndex(-1)
-            self.userCombo.blockSignals(False)
+            with QSignalBlocker(self.userCombo):
+                self.userCombo.setCurrentIndex(-1)
 
     def history(self) -> list:
         return parse_ids(self.historyEdit.text(), self.id_type)

@@ -11,13 +11,10 @@ from app.run.jobs import BackgroundJob
 
 
 class PredictionQueue(QObject):
-    """Runs `fn()` requests one at a time on a BackgroundJob; results come back on the GUI thread.
-
-    Each request has a kind ('load', 'answer', 'explain'...). A newer request of a kind replaces the one of
-    that kind still waiting, and only the newest request of a kind has its result delivered: `finished(kind,
-    result)` or `failed(kind, message, details)`. `submit(..., supersede=True)` (a load) drops every waiting
-    request and every result still to come.
-    """
+    """Runs `fn()` requests one at a time on a BackgroundJob; results come back on the GUI thread. A request of a
+    kind ('load', 'answer', 'explain'...) replaces that kind's waiting one, and only the newest of a kind has its result
+    delivered: `finished(kind, result)` or `failed(kind, message, details)`. `submit(..., supersede=True)` (a load)
+    drops every waiting request and every result still to come."""
 
     finished = Signal(str, object)
     failed = Signal(str, str, str)
@@ -26,8 +23,8 @@ class PredictionQueue(QObject):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.job = BackgroundJob("previewThread", self)
-        self.job.succeeded.connect(self._succeeded)
-        self.job.failed.connect(self._failed)
+        self.job.succeeded.connect(lambda result: self._deliver(self.finished, result))
+        self.job.failed.connect(lambda message, _field, details: self._deliver(self.failed, message, details))
         self.job.runningChanged.connect(self._running_changed)
         self._serial = 0
         self._latest: dict[str, int] = {}  # kind -> serial of its newest request
@@ -67,21 +64,10 @@ class PredictionQueue(QObject):
         self.job.start(lambda _progress, _control: fn())
         self.busyChanged.emit(True)
 
-    def _fresh(self) -> str | None:
-        if self._current is None:
-            return None
-        kind, serial = self._current
-        return kind if self._latest.get(kind) == serial else None
-
-    def _succeeded(self, result) -> None:
-        kind = self._fresh()
-        if kind is not None:
-            self.finished.emit(kind, result)
-
-    def _failed(self, message: str, _field: str, details: str) -> None:
-        kind = self._fresh()
-        if kind is not None:
-            self.failed.emit(kind, message, details)
+    def _deliver(self, signal, *result) -> None:
+        """`signal(kind, *result)` for the request that ran, unless a newer one of its kind was asked since."""
+        if self._current is not None and self._latest.get(self._current[0]) == self._current[1]:
+            signal.emit(self._current[0], *result)
 
     def _running_changed(self, running: bool) -> None:
         if running:

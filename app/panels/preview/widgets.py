@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QCompleter,
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QProgressBar,
     QVBoxLayout,
     QWidget,
@@ -25,7 +26,6 @@ DOWN_COLOUR = "#d0453c"
 MUTED_COLOUR = "#8a8f98"
 
 
-# ============================================================================== plain helpers (no Qt)
 def parse_ids(text: str, like: type | None = int) -> list:
     """Ids typed as '3, 17 42' -> [3, 17, 42]. Ids are ints when the run's ids are ints and the token is one,
     else the text itself (the model names what it does not know)."""
@@ -51,7 +51,38 @@ def coloured(text: str, colour: str) -> str:
     return f"<span style='color:{colour}'>{text}</span>"
 
 
-# ============================================================================== small widgets
+def box_layout(parent, *items, horizontal: bool = False) -> QVBoxLayout | QHBoxLayout:
+    """A margin-less box layout (on `parent`, a widget or None) of `items` in order: a widget or layout, a tuple
+    (one with its stretch and alignment), an int (a stretch); None is left out."""
+    layout = (QHBoxLayout if horizontal else QVBoxLayout)(parent)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, int):
+            layout.addStretch(item)
+            continue
+        first, *rest = item if isinstance(item, tuple) else (item,)
+        add = layout.addLayout if isinstance(first, QLayout) else layout.addWidget
+        add(first, *rest)
+    return layout
+
+
+def refill(combo: QComboBox, texts) -> None:
+    """`combo`'s items replaced by `texts`, with no signal sent."""
+    with QSignalBlocker(combo):
+        combo.clear()
+        combo.addItems(list(texts))
+
+
+def clear_grid(grid: QGridLayout) -> None:
+    """Take every widget out of `grid`, hidden at once and deleted later."""
+    while grid.count():
+        old = grid.takeAt(0).widget()
+        old.hide()
+        old.deleteLater()
+
+
 def bar(name: str) -> QProgressBar:
     widget = QProgressBar(objectName=name)
     widget.setRange(0, 1000)
@@ -71,27 +102,18 @@ def brush(colour: str):
     return QBrush(QColor(colour))
 
 
-def fixed_columns(table) -> None:
-    """Columns as wide as their contents (at least 80 px), none stretched: a score and its label stay side by
-    side instead of across the dialog."""
-    table.setSortingEnabled(False)
-    header = table.horizontalHeader()
-    header.setStretchLastSection(False)
-    header.setMinimumSectionSize(80)
-
-
-def searchable(combo: QComboBox, placeholder: str) -> None:
-    """An editable combo whose typed text filters its items (anywhere in the text, any case)."""
-    combo.setEditable(True)
+def picker(noun: str, width: int) -> QComboBox:
+    """A combo of the run's examples (`noun`s) whose typed text filters its items (anywhere in the text, any case)."""
+    combo = QComboBox(objectName=f"preview{noun.capitalize()}Combo", editable=True, minimumWidth=width)
     combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-    combo.lineEdit().setPlaceholderText(placeholder)
+    combo.lineEdit().setPlaceholderText(f"search a {noun} id")
     completer = combo.completer()
     completer.setFilterMode(Qt.MatchFlag.MatchContains)
     completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
     completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+    return combo
 
 
-# ============================================================================== one view per output kind
 class ScoreView(QWidget):
     """output_kind "score": the number (spec.label) as a bar, its value and its verdict (spec.classes: below
     and from 0.5)."""
@@ -103,11 +125,7 @@ class ScoreView(QWidget):
         self.label = QLabel("–", objectName=f"{name}Score")
         self.label.setMinimumWidth(150)
         self.label.setTextFormat(Qt.TextFormat.RichText)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel(spec.label))
-        row.addWidget(self.bar, 1)
-        row.addWidget(self.label)
+        box_layout(self, QLabel(spec.label), (self.bar, 1), self.label, horizontal=True)
 
     def clear(self, text: str) -> None:
         self.bar.setValue(0)
@@ -125,32 +143,34 @@ class ScoreView(QWidget):
         self.label.setToolTip(message)
 
 
-class ClassesView(QWidget):
+class _GridView(QWidget):
+    """A grid of rows (one per class or number) over a line of text."""
+
+    def __init__(self, spec, name: str, parent=None):
+        super().__init__(parent)
+        self.spec, self.name = spec, name
+        self.labels: list[QLabel] = []
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
+        box_layout(self, self.grid, self.infoLabel)
+
+    def show_error(self, message: str) -> None:
+        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
+
+
+class ClassesView(_GridView):
     """output_kind "class_probabilities": a bar and a number per class (spec.classes), the likeliest in colour,
     and what the model says. Without spec.classes (a model whose number of classes is set by its options or its
     data) the rows are built for the model's answer: class 0, class 1, ..."""
 
     def __init__(self, spec, name: str, parent=None):
-        super().__init__(parent)
-        self.name = name
+        super().__init__(spec, name, parent)
         self.named = bool(spec.classes)
-        self.classes: tuple[str, ...] = ()
-        self.bars: list[QProgressBar] = []
-        self.labels: list[QLabel] = []
-        self.grid = QGridLayout()
-        self.grid.setContentsMargins(0, 0, 0, 0)
         self._build(tuple(spec.classes) or ("class 0", "class 1"))
-        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self.grid)
-        layout.addWidget(self.infoLabel)
 
     def _build(self, classes: tuple[str, ...]) -> None:
-        while self.grid.count():
-            old = self.grid.takeAt(0).widget()
-            old.hide()
-            old.deleteLater()
+        clear_grid(self.grid)
         self.classes, self.bars, self.labels = classes, [], []
         for c, class_name in enumerate(classes):
             widget = bar(f"{self.name}Class{c}Bar")
@@ -173,26 +193,14 @@ class ClassesView(QWidget):
         said = self.classes[top] if top < len(self.classes) else f"class {top}"
         self.infoLabel.setText(f"The model says {said}.")
 
-    def show_error(self, message: str) -> None:
-        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
 
-
-class ValuesView(QWidget):
+class ValuesView(_GridView):
     """output_kind "values": each of the model's numbers under its name (spec.names; spec.label for one,
     label1..labelN for more), in bold."""
 
     def __init__(self, spec, name: str, parent=None):
-        super().__init__(parent)
-        self.spec, self.name = spec, name
+        super().__init__(spec, name, parent)
         self.names: list[QLabel] = []
-        self.labels: list[QLabel] = []
-        self.grid = QGridLayout()
-        self.grid.setContentsMargins(0, 0, 0, 0)
-        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self.grid)
-        layout.addWidget(self.infoLabel)
 
     def _name(self, i: int, count: int) -> str:
         if i < len(self.spec.names):
@@ -201,8 +209,7 @@ class ValuesView(QWidget):
 
     def show_value(self, values: list[float]) -> None:
         if len(values) != len(self.labels):  # a row per number, built for the model's outputs
-            while self.grid.count():
-                self.grid.takeAt(0).widget().deleteLater()
+            clear_grid(self.grid)
             self.names, self.labels = [], []
             for i in range(len(values)):
                 title = QLabel(self._name(i, len(values)), objectName=f"{self.name}Value{i}Name")
@@ -218,9 +225,6 @@ class ValuesView(QWidget):
             label.setText(f"<b>{fmt(value)}</b>")
         self.infoLabel.setText("")
 
-    def show_error(self, message: str) -> None:
-        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
-
 
 class RankedListView(QWidget):
     """output_kind "ranked_list": a table of entries by the model's score, highest first (rank, entry, score and
@@ -229,13 +233,13 @@ class RankedListView(QWidget):
     def __init__(self, spec, last_column: str, name: str, parent=None):
         super().__init__(parent)
         self.table = make_table(("Rank", spec.item.capitalize(), "Score", last_column), f"{name}Table")
-        fixed_columns(self.table)
+        self.table.setSortingEnabled(False)
+        # columns as wide as their contents, none stretched: a score and its label stay side by side
+        self.table.horizontalHeader().setStretchLastSection(False)
+        self.table.horizontalHeader().setMinimumSectionSize(80)
         self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
         self.infoLabel.setTextFormat(Qt.TextFormat.RichText)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.infoLabel)
-        layout.addWidget(self.table, 1)
+        box_layout(self, self.infoLabel, (self.table, 1))
 
     def show_rows(self, rows) -> None:
         """rows: (entry, score, last cell's text, its sort value or None, colour or None) in rank order."""
