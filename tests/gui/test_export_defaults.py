@@ -48,7 +48,7 @@ def dialogs(monkeypatch):
 def export_and_wait(qtbot, window) -> None:
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "Exported" in window.statusBarWidget.message.text(), timeout=30_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
 
 
 def normal_mode() -> int:

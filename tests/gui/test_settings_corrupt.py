@@ -24,7 +24,7 @@ def assert_usable(qtbot, window) -> None:
     """The engine is loaded, the form takes input and a valid form can be started."""
     assert window.engine_ready
     assert window.setupPanel.isEnabled()
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
 
 
 def write_ini(settings: QSettings, text: str) -> QSettings:

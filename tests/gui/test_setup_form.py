@@ -69,26 +69,26 @@ def test_unsupported_precision_is_disabled_with_the_reason(qtbot, make_window):
 def test_invalid_field_blocks_start_with_cores_message(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
     start = find(window, "startButton")
-    qtbot.waitUntil(start.isEnabled, timeout=5000)
+    qtbot.waitUntil(start.isEnabled, timeout=20_000)
 
     set_field(window, "epochsEdit", 0)
     set_field(window, "maxStepsEdit", 0)
-    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=20_000)
     error = find(window, "epochsError")
     assert error.isVisible()
     assert error.text() == RunConfig(epochs=0, max_steps=0).errors()["epochs"]
     assert find(window, "epochsEdit").property("invalid") is True
 
     set_field(window, "outDirEdit", "   ")  # empty is fine (a new folder under the runs root); blanks are not
-    qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=20_000)
     assert "leave it empty" in find(window, "outDirError").text()
     set_field(window, "outDirEdit", "")
-    qtbot.waitUntil(lambda: not find(window, "outDirError").isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not find(window, "outDirError").isVisible(), timeout=20_000)
     assert "runs root" in find(window, "outDirEdit").placeholderText()
 
     set_field(window, "epochsEdit", 1)
     set_field(window, "outDirEdit", str(tmp_path / "run"))
-    qtbot.waitUntil(start.isEnabled, timeout=5000)
+    qtbot.waitUntil(start.isEnabled, timeout=20_000)
     assert not find(window, "epochsError").isVisible()
 
 

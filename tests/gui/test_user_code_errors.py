@@ -68,7 +68,7 @@ def details_shown(qtbot, window) -> str:
     assert window.statusBarWidget.detailsButton.isVisible()
     click(qtbot, window, "detailsButton")
     box = window.findChild(QMessageBox, "errorDetails")
-    qtbot.waitUntil(box.isVisible, timeout=5000)
+    qtbot.waitUntil(box.isVisible, timeout=20_000)
     text = box.detailedText()
     box.close()
     return text

@@ -22,7 +22,7 @@ def saved_by(qtbot, make_window, store: QSettings, width: int, height: int) -> Q
     window = make_window(settings_store=store)
     window.resize(width, height)
     window.move(20, 30)
-    qtbot.waitUntil(lambda: window.width() == width, timeout=5000)
+    qtbot.waitUntil(lambda: window.width() == width, timeout=20_000)
     window.close()  # saves the settings, as quitting does
     return QSettings(store.fileName(), QSettings.Format.IniFormat).value(GEOMETRY_KEY)
 
