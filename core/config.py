@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from core.files import check_regular_file, shown_path
+from core.files import atomic_write_bytes, check_regular_file, shown_path
 from core.precision_modes import FP8_RECIPES, PRECISION_CHOICES
 
 if sys.version_info >= (3, 11):
@@ -267,7 +267,52 @@ class RunConfig:
 
     def errors(self) -> dict[str, str]:
         """Every invalid field -> message naming the allowed range. Empty when the config is valid."""
-        return field_errors(self)
+        from core.tasks import get_task_class
+
+        problems: dict[str, str] = {}
+        for name, spec in FIELD_SPECS.items():
+            value = getattr(self, name)
+            if spec.choices is not None and value not in spec.choices:
+                problems[name] = f"{value!r} is not one of {', '.join(spec.choices)}"
+            elif spec.minimum is not None and not (spec.minimum <= value <= spec.maximum):
+                problems[name] = f"{value!r} is out of range: must be {_range_text(spec)}"
+        try:
+            task_class = get_task_class(self.task, self.task_file)
+        except ConfigError as exc:
+            problems["task"] = str(exc).split(": ", 1)[-1]
+        else:
+            problems.update(task_class.option_errors(self.task_options))
+        if not _DEVICE_RE.match(self.device.strip().lower()):
+            problems["device"] = f"{self.device!r} is not a device; use auto, cpu, cuda:N, mps or xpu:N"
+        if self.max_steps == 0 and self.epochs == 0:
+            problems.setdefault("epochs", "set epochs or max_steps above 0: the run would do nothing")
+        if self.out_dir and not self.out_dir.strip():
+            problems["out_dir"] = "is only spaces: leave it empty for a new folder under the runs root"
+        if self.monitor != self.monitor.strip() or any(c.isspace() for c in self.monitor):
+            problems["monitor"] = f"{self.monitor!r} is not a metric name: names have no spaces (e.g. accuracy, loss)"
+        if not math.isfinite(self.early_stop_divergence):
+            problems["early_stop_divergence"] = (
+                f"{self.early_stop_divergence} is not a finite number: give the "
+                f"threshold the monitored metric must not cross, or 0 for off"
+            )
+        if self.tensorboard and not tensorboardx_installed():
+            problems["tensorboard"] = TENSORBOARD_MISSING
+        for name in ("data", "val_data", "test_data", "query_file"):
+            path = getattr(self, name)
+            if path and not Path(path).exists():
+                problems[name] = f"{path}: no such file or folder"
+        if (self.val_data or self.test_data) and not self.data:
+            problems.setdefault("data", "val_data / test_data are given: set data to the training data too")
+        if self.query_file and not self.data:
+            problems.setdefault("query_file", "gives the queries of the data file: set data too (or leave it empty)")
+        if any(c in self.delimiter for c in '\n\r"') or len(self.delimiter) > 10:
+            problems["delimiter"] = (
+                f"{self.delimiter!r} cannot separate fields: use one short separator such as "
+                f"',' ';' '|' or '\\t' (or leave it empty to sniff)"
+            )
+        if message := columns_error(self.columns):
+            problems["columns"] = message
+        return problems
 
     def validate(self) -> RunConfig:
         """Raise ConfigError for the first invalid field; returns self for chaining."""
@@ -281,8 +326,6 @@ class RunConfig:
         """Write the config as TOML (atomically, like every file the engine writes)."""
         import tomli_w
 
-        from core.files import atomic_write_bytes
-
         atomic_write_bytes(Path(path), tomli_w.dumps(self.to_dict()).encode("utf-8"))
 
     @classmethod
@@ -292,9 +335,8 @@ class RunConfig:
         return cls.from_dict({**task_defaults(data.get("task", cls.task))[0], **data}, source=shown_path(path))
 
     def changes(self) -> dict:
-        """The settings that differ from the task's defaults, task and task_file always: what a TOML file or a
-        command line gives to reproduce this config (core.engine.prepare fills the rest the same way); task options
-        too, the task filling the rest."""
+        """The settings and task options that differ from the task's defaults, task and task_file always: what a TOML
+        file or a command line gives to reproduce this config (core.engine.prepare fills the rest the same way)."""
         settings, options = task_defaults(self.task)
         defaults = RunConfig().to_dict() | settings
         keep = ("task", "task_file")
@@ -393,13 +435,9 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
 
 
 def _range_text(spec: FieldSpec) -> str:
-    assert spec.minimum is not None and spec.maximum is not None  # only asked of a field with both bounds
-    return f"between {_number(spec.minimum)} and {_number(spec.maximum)}"
-
-
-def _number(value: float) -> str:
-    """1,048,576 for whole numbers (never 1.04858e+06), 1e-07 / 0.999 otherwise."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+    """'between 1 and 1,048,576' (never 1.04858e+06); 1e-07 or 0.999 where not whole (asked of bounded fields)."""
+    low, high = (f"{int(v):,}" if float(v).is_integer() else f"{v:g}" for v in (spec.minimum or 0, spec.maximum or 0))
+    return f"between {low} and {high}"
 
 
 TENSORBOARD_MISSING = "needs the optional tensorboardX package: pip install 'amp-console[tensorboard]'"
@@ -411,56 +449,6 @@ def tensorboardx_installed() -> bool:
         return importlib.util.find_spec("tensorboardX") is not None
     except (ImportError, ValueError):  # a broken or half-removed install
         return False
-
-
-def field_errors(cfg: RunConfig) -> dict[str, str]:
-    """Validate every field of `cfg`; field name -> message."""
-    from core.tasks import get_task_class
-
-    problems: dict[str, str] = {}
-    for name, spec in FIELD_SPECS.items():
-        value = getattr(cfg, name)
-        if spec.choices is not None and value not in spec.choices:
-            problems[name] = f"{value!r} is not one of {', '.join(spec.choices)}"
-        elif spec.minimum is not None and not (spec.minimum <= value <= spec.maximum):
-            problems[name] = f"{value!r} is out of range: must be {_range_text(spec)}"
-    try:
-        task_class = get_task_class(cfg.task, cfg.task_file)
-    except ConfigError as exc:
-        problems["task"] = str(exc).split(": ", 1)[-1]
-    else:
-        problems.update(task_class.option_errors(cfg.task_options))
-    if not _DEVICE_RE.match(cfg.device.strip().lower()):
-        problems["device"] = f"{cfg.device!r} is not a device; use auto, cpu, cuda:N, mps or xpu:N"
-    if cfg.max_steps == 0 and cfg.epochs == 0:
-        problems.setdefault("epochs", "set epochs or max_steps above 0: the run would do nothing")
-    if cfg.out_dir and not cfg.out_dir.strip():
-        problems["out_dir"] = "is only spaces: leave it empty for a new folder under the runs root"
-    if cfg.monitor != cfg.monitor.strip() or any(c.isspace() for c in cfg.monitor):
-        problems["monitor"] = f"{cfg.monitor!r} is not a metric name: names have no spaces (e.g. accuracy, loss)"
-    if not math.isfinite(cfg.early_stop_divergence):
-        problems["early_stop_divergence"] = (
-            f"{cfg.early_stop_divergence} is not a finite number: give the "
-            f"threshold the monitored metric must not cross, or 0 for off"
-        )
-    if cfg.tensorboard and not tensorboardx_installed():
-        problems["tensorboard"] = TENSORBOARD_MISSING
-    for name in ("data", "val_data", "test_data", "query_file"):
-        path = getattr(cfg, name)
-        if path and not Path(path).exists():
-            problems[name] = f"{path}: no such file or folder"
-    if (cfg.val_data or cfg.test_data) and not cfg.data:
-        problems.setdefault("data", "val_data / test_data are given: set data to the training data too")
-    if cfg.query_file and not cfg.data:
-        problems.setdefault("query_file", "gives the queries of the data file: set data too (or leave it empty)")
-    if any(c in cfg.delimiter for c in '\n\r"') or len(cfg.delimiter) > 10:
-        problems["delimiter"] = (
-            f"{cfg.delimiter!r} cannot separate fields: use one short separator such as "
-            f"',' ';' '|' or '\\t' (or leave it empty to sniff)"
-        )
-    if message := columns_error(cfg.columns):
-        problems["columns"] = message
-    return problems
 
 
 def columns_error(columns: dict) -> str | None:

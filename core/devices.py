@@ -189,19 +189,9 @@ def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
     free, total = (cuda_free_memory(index) if free_memory else None), props.total_memory
     bf16 = major >= 8 or (is_rocm and major >= 9)
     tf32 = major >= 8 and not is_rocm
-    tensor_cores = major >= 7
-    precisions = ["fp32", "fp16"]
-    unsupported = {}
-    if tf32:
-        precisions.insert(1, "tf32")
-    else:
-        unsupported["tf32"] = f"TF32 needs compute capability 8.0 (Ampere) or newer; {props.name} is {major}.{minor}"
-    if bf16:
-        precisions.append("bf16")
-    else:
-        unsupported["bf16"] = (
-            f"bf16 needs compute capability 8.0 (Ampere) or newer; {props.name} is {major}.{minor}: use fp16"
-        )
+    modes = {"fp32": True, "tf32": tf32, "fp16": True, "bf16": bf16}
+    needs = f"needs compute capability 8.0 (Ampere) or newer; {props.name} is {major}.{minor}"
+    unsupported = {"tf32": f"TF32 {needs}", "bf16": f"bf16 {needs}: use fp16"}
     return DeviceInfo(
         id=f"cuda:{index}",
         type="cuda",
@@ -213,10 +203,10 @@ def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
         bf16_fast=bf16,
         tf32=tf32,
         fp16=True,
-        tensor_cores=tensor_cores,
+        tensor_cores=major >= 7,
         details={"multiprocessors": props.multi_processor_count, "rocm": is_rocm, **_pci_address(props)},
-        precisions=tuple(precisions),
-        unsupported=unsupported,
+        precisions=tuple(mode for mode, runs in modes.items() if runs),
+        unsupported={mode: why for mode, why in unsupported.items() if not modes[mode]},
     )
 
 
@@ -335,10 +325,8 @@ def memory_in_use(device: torch.device) -> int | None:
     """Bytes in use on `device` (peak allocated on CUDA/XPU); may synchronise: at log intervals only."""
     import torch
 
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    if device.type == "xpu":
-        return int(torch.xpu.max_memory_allocated(device))
+    if device.type in ("cuda", "xpu"):
+        return int(getattr(torch, device.type).max_memory_allocated(device))
     return int(torch.mps.current_allocated_memory()) if device.type == "mps" else resident_set()
 
 

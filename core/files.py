@@ -10,9 +10,9 @@ import re
 import secrets
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from core.text import first_line, size
 
@@ -55,9 +55,8 @@ def fsync_dir(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -66,12 +65,12 @@ def fsync_dir(folder: Path) -> None:
 # applied by the kernel (reading it means setting it, which races with other threads).
 
 
-def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create):
-    """create(path) of a new name `prefix<random>suffix` in `folder`, retried while the name is taken."""
+def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create) -> tuple[Any, str]:
+    """(create(path), path) of a new name `prefix<random>suffix` in `folder`, retried while the name is taken."""
     for _ in range(100):
         path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
         try:
-            return create(path)
+            return create(path), path
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
@@ -80,17 +79,12 @@ def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create):
 def new_temp_file(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
     """(fd, path) of a new, empty file `prefix<random>suffix` in `folder`, open read-write, mode 0666 - umask."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    return _new_entry(folder, prefix, suffix, lambda path: (os.open(path, flags, 0o666), path))
+    return _new_entry(folder, prefix, suffix, lambda path: os.open(path, flags, 0o666))
 
 
 def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> str:
     """The path of a new, empty folder `prefix<random>suffix` in `folder`, mode 0777 - umask."""
-
-    def make(path: str) -> str:
-        os.mkdir(path, 0o777)
-        return path
-
-    return _new_entry(folder, prefix, suffix, make)
+    return _new_entry(folder, prefix, suffix, lambda path: os.mkdir(path, 0o777))[1]
 
 
 # A streamed write goes to `.<name>.<random>.tmp`, flock'ed for its writer's life, renamed when complete; the
@@ -110,9 +104,8 @@ class PartialFile:
         self._fd: int | None = None
 
     def __enter__(self):
-        folder = self.target.parent if str(self.target.parent) else Path(".")
-        folder.mkdir(parents=True, exist_ok=True)
-        self._fd, self.path = new_temp_file(folder, f".{self.target.name}.")
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._fd, self.path = new_temp_file(self.target.parent, f".{self.target.name}.")
         try:
             if fcntl is not None:  # never held elsewhere: the name is new
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -128,7 +121,7 @@ class PartialFile:
             self._release()
         os.replace(self.path, self.target)
         self.path = None
-        fsync_dir(self.target.parent if str(self.target.parent) else Path("."))
+        fsync_dir(self.target.parent)
         self._release()
 
     def _release(self) -> None:
@@ -138,10 +131,8 @@ class PartialFile:
 
     def __exit__(self, *exc) -> None:
         if self.path is not None:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(self.path)
-            except FileNotFoundError:
-                pass
             self.path = None
         self._release()
 
@@ -149,7 +140,7 @@ class PartialFile:
 def remove_abandoned_partials(target: str | os.PathLike) -> tuple[list[str], list[str]]:
     """Remove earlier PartialFiles of `target` no lock is held on: (names removed, names that could not be)."""
     target = Path(target)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = target.parent
     pattern = _partial_pattern(target.name)
     removed: list[str] = []
     kept: list[str] = []
@@ -373,19 +364,14 @@ def read_json_record(path: str | os.PathLike, limit: int = RECORD_LIMIT, depth_l
 
 def shown_path(path: str | os.PathLike) -> str:
     """`path` as printable text: bytes that are not UTF-8 (kept by Python as surrogates) appear as \\xNN."""
-    text = os.fspath(path)
-    if isinstance(text, bytes):
-        text = os.fsdecode(text)
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return os.fsdecode(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def check_utf8_path(path: str | os.PathLike, field: str) -> None:
     """Refuse a path whose name is not valid UTF-8 (config.toml and metrics.jsonl could not record it)."""
     from core.errors import ConfigError
 
-    text = os.fspath(path)
-    if isinstance(text, bytes):
-        text = os.fsdecode(text)
+    text = os.fsdecode(path)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -29,14 +29,7 @@ class ParamBytes(NamedTuple):
 
 # Autocast (and fp8's Float8Linear, casting per matmul) keeps float32 parameters and gradients; bf16-pure keeps
 # weights, gradients and optimizer state in bfloat16 (no float32 master: the step rounds stochastically).
-PRECISION_BYTES = {
-    "fp32": ParamBytes(4, 4),
-    "tf32": ParamBytes(4, 4),
-    "fp16": ParamBytes(4, 4),
-    "bf16": ParamBytes(4, 4),
-    "bf16-pure": ParamBytes(2, 2, state=2),
-    "fp8": ParamBytes(4, 4),
-}
+PRECISION_BYTES = {mode: ParamBytes(4, 4) for mode in PRECISION_MODES} | {"bf16-pure": ParamBytes(2, 2, state=2)}
 
 
 class OptimizerState(NamedTuple):

@@ -80,8 +80,7 @@ class StopEscalation:
 
 @dataclass(frozen=True)
 class Child:
-    """How a child run by run_child ended: its exit code (None: killed by a signal), its outputs, whether the time
-    limit stopped it."""
+    """How a child run by run_child ended (`code` None: killed by a signal)."""
 
     code: int | None
     out: str
@@ -154,16 +153,15 @@ def plain(value):
 
     if is_dataclass(value) and not isinstance(value, type):
         kind = type(value)
-        return {OBJECT: {f.name: plain(getattr(value, f.name)) for f in fields(value)}, TYPE: _where(kind)}
+        return {
+            OBJECT: {f.name: plain(getattr(value, f.name)) for f in fields(value)},
+            TYPE: f"{kind.__module__}:{kind.__qualname__}",
+        }
     if hasattr(value, "tolist"):  # numpy arrays and scalars, tensors
         return value.tolist()
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
-def _where(kind: type) -> str:
-    return f"{kind.__module__}:{kind.__qualname__}"
 
 
 def revive(value):

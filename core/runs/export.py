@@ -1,10 +1,8 @@
-"""Deployable exports of a checkpoint: a folder a serving process loads without this project's code.
-
-`export_model(checkpoint, out, fmt, dtype)` writes `out/`: the model file (`program`: model.pt2; `onnx`: model.onnx;
-`safetensors`: the weights only), `manifest.json` (the run's facts and what serving needs), and serve.py
-(core/runs/serve.py) with its parts and the task's serving module (core.tasks.serving). Each export is loaded back
-and checked on a sample batch before it is kept; nothing is written above the tolerance. `dtype` bf16/fp16 casts the
-serving part's `weights`. See docs/runs.md ("Export for serving").
+"""Deployable exports of a checkpoint (docs/runs.md, "Export for serving"): `export_model` writes a folder a serving
+process loads without this project's code: the model file (model.pt2, model.onnx, or the weights alone),
+`manifest.json` (the run's facts and what serving needs), serve.py with its parts and the task's serving module
+(core.tasks.serving). Each export is loaded back and checked on a sample batch before it is kept; nothing is written
+above the tolerance. `dtype` bf16/fp16 casts the serving part's `weights`.
 """
 
 from __future__ import annotations
@@ -24,10 +22,10 @@ import torch
 from torch import nn
 
 from core.config import RunConfig
-from core.engine.run_record import run_checkpoint
 from core.errors import CheckpointError, ConfigError
-from core.files import atomic_write_bytes, new_temp_folder
+from core.files import atomic_write_bytes, check_writable_folder, new_temp_folder, shown_path
 from core.runs.evaluation_report import json_ready
+from core.runs.predict import checkpoint_file, rebuilt
 from core.text import first_line, size
 
 if TYPE_CHECKING:
@@ -113,7 +111,7 @@ class Loaded:
 
 def load_trained(checkpoint: str | Path) -> Loaded:
     """The checkpoint's model, rebuilt from its settings and weights (load_checkpoint: weights_only)."""
-    from core.engine.checkpoints import load_checkpoint, rebuild_model
+    from core.engine.checkpoints import load_checkpoint
     from core.tasks import TASKS
     from core.tasks.serving import not_served
 
@@ -121,25 +119,8 @@ def load_trained(checkpoint: str | Path) -> Loaded:
     task_class = TASKS.get(state["task"])
     if task_class is None or task_class.serving_class() is None:
         raise NotServed(f"{checkpoint}: {not_served(state['task'])}")
-    task, model = rebuild_model(state, checkpoint)
-    with contextlib.suppress(ConfigError):  # the run's data settings, where its sample inputs are read from
-        task.use_config(RunConfig.from_dict(state["config"], source=str(checkpoint)))
+    task, model = rebuilt(state, Path(checkpoint))
     return Loaded(state, task, model.eval(), Path(checkpoint))
-
-
-def export_source(source: str | Path, which: str = "advised", say=None) -> Path:
-    """The checkpoint file `source` names: a file as it is; for a run folder, its checkpoint `which` ("advised":
-    the one its summary advised, else its best; "best"; "last"), each note (why the last weights) said through
-    `say` as a "note: " line."""
-    if which not in ("advised", "best", "last"):
-        raise ConfigError("which", f"{which!r}: choose advised, best or last")
-    path = Path(source).expanduser()
-    if not path.is_dir():
-        return path
-    path, notes = run_checkpoint(path, which)
-    for note in notes:
-        (say or (lambda text: None))(f"note: {note}")
-    return path
 
 
 def check_task_returns(loaded: Loaded, say) -> None:
@@ -172,14 +153,14 @@ def export_model(
     progress=None,
     which: str = "advised",
 ) -> ExportResult:
-    """Write and verify the export of `checkpoint` as `fmt` into the folder `out` (see the module doc).
-    `checkpoint` may be a run folder: its checkpoint `which` (run_checkpoint; by default the one its summary
-    advised, its note said through `progress`). `progress(text)` gets a line per stage. ConfigError for a bad
-    format, dtype or destination; CheckpointError for a checkpoint that cannot be exported; nothing is left at
-    `out` on any failure."""
+    """Write and verify the export of `checkpoint` (a run folder: its checkpoint `which`) as `fmt` into the folder
+    `out`; `progress(text)` gets a line per stage and each note. ConfigError for a bad setting or destination,
+    CheckpointError for a checkpoint that cannot be exported; nothing is left at `out` on any failure."""
     say = progress or (lambda text: None)
     began = time.perf_counter()
-    checkpoint = export_source(checkpoint, which, say)
+    checkpoint, notes = checkpoint_file(checkpoint, which)
+    for note in notes:
+        say(f"note: {note}")
     if fmt not in FORMATS:
         raise ConfigError("format", f"{fmt!r} is not an export format: choose {', '.join(FORMATS)}")
     if dtype not in DTYPES:
@@ -256,14 +237,10 @@ def export_model(
         }
         # strict JSON (no NaN/Infinity, which a server in another language cannot parse): a metric that was NaN
         # (an AUC of a one-class split) is null
-        atomic_write_bytes(
-            staging / "manifest.json",
-            json.dumps(json_ready(manifest), indent=2, allow_nan=False).encode("utf-8"),
-        )
-        served = serve_files(loaded.serving)
-        for name, payload in served.items():
+        manifest_json = json.dumps(json_ready(manifest), indent=2, allow_nan=False).encode("utf-8")
+        for name, payload in ({"manifest.json": manifest_json} | serve_files(loaded.serving)).items():
             atomic_write_bytes(staging / name, payload)
-        files += ["manifest.json", *served]
+            files.append(name)
         size = (staging / MODEL_FILES[fmt]).stat().st_size
     return ExportResult(
         fmt,
@@ -284,9 +261,8 @@ def export_model(
 
 
 def _export_weights(checkpoint: Path, out: Path, dtype: str, say, began: float) -> ExportResult:
-    """The weights alone of a task with no serving part, as export_checkpoint writes them (model.pt,
-    model.safetensors, model.json; no serve.py), verified by loading model.safetensors into a new model of the
-    task and comparing every tensor with the checkpoint's."""
+    """The weights alone of a task with no serving part, as export_checkpoint writes them (no serve.py), verified
+    tensor by tensor after loading model.safetensors into a new model of the task."""
     from safetensors.torch import load_file
 
     from core.engine.checkpoints import export_checkpoint, load_checkpoint, load_model_state, rebuild_model
@@ -347,18 +323,12 @@ def _staged(out: Path):
             except OSError:
                 break
         if isinstance(exc, OSError):
-            raise _write_error(out, exc) from None
+            from core.engine.run_folder import describe_os_error
+
+            where = f" ({shown_path(exc.filename)})" if exc.filename else ""
+            reason = f"could not write the export{where}: {describe_os_error(exc)}; nothing was written"
+            raise ConfigError("out", f"{shown_path(out)}: {reason}") from None
         raise
-
-
-def _write_error(out: Path, exc: OSError) -> ConfigError:
-    from core.engine.run_folder import describe_os_error
-    from core.files import shown_path
-
-    where = f" ({shown_path(exc.filename)})" if exc.filename else ""
-    return ConfigError(
-        "out", f"{shown_path(out)}: could not write the export{where}: {describe_os_error(exc)}; nothing was written"
-    )
 
 
 def require_onnx() -> None:
@@ -371,8 +341,6 @@ def require_onnx() -> None:
 
 
 def _check_destination(out: Path) -> None:
-    from core.files import check_writable_folder
-
     check_writable_folder(out, "out")  # first: a name too long for the file system fails every stat below
     if out.exists() and not out.is_dir():
         raise ConfigError("out", f"{out}: exists and is not a folder (the export is a folder)")
@@ -380,16 +348,21 @@ def _check_destination(out: Path) -> None:
         raise ConfigError("out", f"{out}: the folder exists and is not empty: choose another --out")
 
 
-def _serving(loaded: Loaded, dtype: str, fmt: str) -> nn.Module:
-    """The task's serving module over a copy of the model, the part its serving names cast to `dtype`."""
+def _serving(loaded: Loaded, dtype: str, fmt: str, weights: dict | None = None, name: str = "") -> nn.Module:
+    """The task's serving module over a copy of the model (a new one given the `weights` of file `name`), the part
+    its serving names cast to `dtype` (before the weights are loaded, so nothing is rounded twice)."""
     import copy
 
-    serving = loaded.serving
-    model = copy.deepcopy(loaded.model)
-    target = DTYPES[dtype]
-    if target != torch.float32:
-        serving.weights(model).to(target)
-    return serving.module(model, fmt).eval()
+    from core.engine.checkpoints import load_model_state
+
+    model = (
+        copy.deepcopy(loaded.model) if weights is None else loaded.task.build_model(loaded.state.get("data_info") or {})
+    )
+    if dtype != "fp32":
+        loaded.serving.weights(model).to(DTYPES[dtype])
+    if weights is not None:
+        load_model_state(model, weights, name)
+    return loaded.serving.module(model.eval(), fmt).eval()
 
 
 def _write_model(loaded: Loaded, serving: nn.Module, sample: tuple, folder: Path, fmt: str, dtype: str) -> list[str]:
@@ -426,7 +399,6 @@ def _dynamic_shapes(serving: nn.Module, inputs: tuple[Input, ...]) -> dict:
 
 
 def _write_onnx(loaded: Loaded, serving: nn.Module, sample: tuple, folder: Path, dynamic: dict) -> list[str]:
-    import contextlib
     import logging
     import warnings
 
@@ -478,12 +450,6 @@ def _write_safetensors(loaded: Loaded, serving: nn.Module, folder: Path, dtype: 
 def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: tuple) -> torch.Tensor:
     """The sample's outputs from the files just written, loaded back as a server would."""
     path = folder / MODEL_FILES[fmt]
-    if fmt == "program":
-        from core.runs.serve import load_program
-
-        module = load_program(path)  # the checks serve.py makes: what is written passes them
-        with torch.no_grad():
-            return module(*sample)
     if fmt == "onnx":
         import numpy as np
         import onnxruntime
@@ -491,19 +457,16 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         result = session.run(None, {spec.name: x.numpy() for spec, x in zip(loaded.inputs, sample)})[0]
         return torch.from_numpy(np.asarray(result))
-    from safetensors.torch import load_file
+    if fmt == "program":
+        from core.runs.serve import load_program
 
-    from core.engine.checkpoints import load_model_state
+        module = load_program(path)  # the checks serve.py makes: what is written passes them
+    else:
+        from safetensors.torch import load_file
 
-    model = loaded.task.build_model(loaded.state.get("data_info") or {})
-    weights = load_file(str(path))
-    target = DTYPES[dtype]
-    if target != torch.float32:  # built in the file's dtype so nothing is rounded twice
-        loaded.serving.weights(model).to(target)
-    load_model_state(model, weights, str(path))
-    serving = loaded.serving.module(model.eval(), fmt).eval()
+        module = _serving(loaded, dtype, fmt, load_file(str(path)), str(path))
     with torch.no_grad():
-        return serving(*sample)
+        return module(*sample)
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -55,12 +55,10 @@ class InputReader:
         elif not self.parquet:
             self.delimiter = formats.sniff_delimiter(path, _declared())  # as training's importer sniffs it
         try:
-            if self.json:
-                pass
-            elif self.parquet:
+            if self.parquet:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
-            else:
+            elif not self.json:
                 with self._open_csv(lambda row: "skip") as csv:
                     names = csv.reader.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
@@ -159,12 +157,7 @@ class InputReader:
                 )
 
     def __iter__(self):
-        if self.json:
-            yield from self._json_batches()
-        elif self.parquet:
-            yield from self._parquet_batches()
-        else:
-            yield from self._csv_batches()
+        return (self._json_batches if self.json else self._parquet_batches if self.parquet else self._csv_batches)()
 
     def _json_lines(self):
         """(line number, its object or the reason it is none) of each line that is not blank."""

@@ -38,16 +38,15 @@ class PredictRequest:
 def check_request(request: PredictRequest) -> list[str]:
     """ConfigError for a bad setting or path (named as the command's option); the notes to show (a partial
     output of an earlier predict that did not finish, removed)."""
-    from core.files import check_regular_file, check_utf8_path, check_writable_folder
+    from core.files import check_regular_file, check_utf8_path, check_writable_folder, file_kind
     from core.runs.predict_output import clear_abandoned
+    from core.tasks import predict_options
 
     source, out = request.source, request.out
     if request.batch_size < 1:
         raise ConfigError("batch_size", f"{request.batch_size}: score at least 1 row at a time")
     if request.batch_size > MAX_BATCH:  # memory stays bounded (and Parquet's reader takes a C long)
         raise ConfigError("batch_size", f"{request.batch_size}: score at most {MAX_BATCH:,} rows at a time")
-    from core.tasks import predict_options
-
     for option in predict_options():
         if option.dest in request.task_options:
             option.check(request.task_options[option.dest])
@@ -58,10 +57,8 @@ def check_request(request: PredictRequest) -> list[str]:
         raise ConfigError("--out", f"{out}: use a .csv or .parquet file name")
     check_utf8_path(out, "--out")
     if out.exists() and not out.is_file():
-        from core.files import file_kind
-
         raise ConfigError("--out", f"{out}: is {file_kind(out.stat().st_mode)}, not a file")
-    check_writable_folder(out.parent if str(out.parent) else Path("."), "--out")
+    check_writable_folder(out.parent, "--out")
     if out.resolve() == source.resolve():
         raise ConfigError("--out", f"{out}: is the input file; write the predictions elsewhere")
     return list(clear_abandoned(out))

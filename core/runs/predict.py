@@ -1,14 +1,13 @@
 """Use a trained model: `load_predictor(run or checkpoint)` gives a Predictor, shared by `amp-console predict`
-(core.runs.file_predict), the window's Model preview and the export checks.
-
-What a Predictor answers is the task's serving part's (core.tasks.serving): each name in its `answers` is that
-method called with the predictor first (`predictor.sentiment(texts)`, `predictor.recommend(history, k=5)`). The
-model is rebuilt from the checkpoint alone (core.engine.checkpoints) and runs in float32 on one device (default: the
-CPU), in eval mode, without autocast; `lock` is held while it computes, so threads may share it.
+(core.runs.file_predict), the window's Model preview and the export checks. It answers with the task's serving part
+(core.tasks.serving): each name in its `answers`, called with the predictor first (`predictor.recommend(history, k=5)`).
+The model is rebuilt from the checkpoint alone and runs in float32 on one device (default: the CPU), in eval mode,
+without autocast; `lock` is held while it computes, so threads may share it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from dataclasses import dataclass, field
@@ -81,21 +80,34 @@ class Predictor:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-def load_predictor(source: str | Path, which: str = "advised", device: str | None = None) -> Predictor:
-    """A Predictor for the checkpoint `source` names: a checkpoint file, or a run folder (see run_checkpoint):
-    by default the checkpoint its summary advised (its last weights when its validation split was too small to
-    choose the best by, said in `notes`), else its best; "best" or "last" asks for that one.
-    Bad files are one CheckpointError line; `device` (default cpu) a DeviceError when it is not here."""
-    from core.config import RunConfig
-    from core.engine.checkpoints import load_checkpoint, rebuild_model
-
+def checkpoint_file(source: str | Path, which: str = "advised") -> tuple[Path, list[str]]:
+    """(The checkpoint file `source` names, notes on it): a file as it is; a run folder's checkpoint `which`
+    (advised, best or last: run_checkpoint)."""
     if which not in ("advised", "best", "last"):
         raise ConfigError("which", f"{which!r}: choose advised, best or last")
     path = Path(source).expanduser()
-    notes: list[str] = []
-    if path.is_dir():
-        path, notes = run_checkpoint(path, which)
-    elif not path.exists():
+    return run_checkpoint(path, which) if path.is_dir() else (path, [])
+
+
+def rebuilt(state: dict, path: Path) -> tuple[Any, torch.nn.Module]:
+    """(task, model) of the loaded checkpoint `path`, the task given its run's data settings (where examples are
+    read from) unless they are another version's."""
+    from core.config import RunConfig
+    from core.engine.checkpoints import rebuild_model
+
+    task, model = rebuild_model(state, path)
+    with contextlib.suppress(ConfigError):
+        task.use_config(RunConfig.from_dict(state["config"], source=str(path)))
+    return task, model
+
+
+def load_predictor(source: str | Path, which: str = "advised", device: str | None = None) -> Predictor:
+    """A Predictor for the checkpoint `source` names (checkpoint_file). Bad files are one CheckpointError line;
+    `device` (default cpu) a DeviceError when it is not here."""
+    from core.engine.checkpoints import load_checkpoint
+
+    path, notes = checkpoint_file(source, which)
+    if not path.exists():
         raise CheckpointError(f"{source}: no such checkpoint file or run folder")
     where = HOST
     if device:
@@ -103,19 +115,14 @@ def load_predictor(source: str | Path, which: str = "advised", device: str | Non
 
         where = torch_device(device_info(device))
     state = load_checkpoint(path)
-    config = dict(state["config"])
-    task, model = rebuild_model(state, path)
-    try:  # the run's data settings (given validation and test files...), where the examples are read from
-        task.use_config(RunConfig.from_dict(config, source=str(path)))
-    except ConfigError:
-        pass  # settings of another version: its data file alone
+    task, model = rebuilt(state, path)
     return Predictor(
         task=state["task"],
         checkpoint=path,
         step=state["step"],
         epoch=state["epoch"],
         metrics=dict(state["metrics"]),
-        config=config,
+        config=dict(state["config"]),
         device=where,
         model=model.float().to(where).eval(),
         task_object=task,

@@ -60,10 +60,8 @@ class AtomicTableWriter:
         except OSError as exc:
             raise write_failure(self.out, exc) from None
         try:  # `with` calls no __exit__ when __enter__ fails: the partial file is removed here
-            if self.kind == "csv":
-                self._writer = pacsv.CSVWriter(self._partial.path, self.schema)
-            else:
-                self._writer = pq.ParquetWriter(self._partial.path, self.schema)
+            writer = pacsv.CSVWriter if self.kind == "csv" else pq.ParquetWriter
+            self._writer = writer(self._partial.path, self.schema)
         except BaseException as exc:
             self.__exit__()
             if isinstance(exc, OSError) and exc.errno:

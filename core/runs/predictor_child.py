@@ -1,12 +1,8 @@
-"""The window's work on a trained model in a child process, so a task file's code never runs in the window.
-
-`python -m core.runs.predictor_child [REFERENCE ...]` lists the task files the user added (the one a checkpoint
-names is loaded when it names it), then answers each JSON line {"method", "args", "kwargs"} of its stdin with one
-line {"result"} or {"error": one line} until its stdin ends (the task's prints go to stderr). METHODS: load (the
-preview's Predictor), its preview calls, export and evaluate. `ChildPredictor` is the preview's Predictor held in
-such a child (core.process.JsonChild); `call_once` runs one method in a child of its own (a built-in task's here).
-A call may take `work_limit()` s (WORK_LIMIT_ENV); at the limit, or when the child dies, its process group is
-killed and the call raises one line naming the task file.
+"""The window's work on a trained model in a child process, so a task file's code never runs in the window:
+`python -m core.runs.predictor_child [REFERENCE ...]` lists the task files the user added, then answers METHODS (load:
+the preview's Predictor; its preview calls; export; evaluate) as core.process.answer_requests does. `ChildPredictor`
+is the preview's Predictor held in such a child; `call_once` runs one method in a child of its own (a built-in task's
+here). A call may take `work_limit()` s; at the limit, or when the child dies, it raises one line naming the task file.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The run queue: settings waiting to train one after another, in <runs root>/.queue.json, written atomically under
-a short edit lock. Each entry: a RunConfig (as a dict), a state (pending, running, done, failed, stopped), its run
-folder (under the runs root, so the history lists it) and its result (the best metric, or why it failed or stopped).
-QueueRunner holds .queue.lock for its life; an entry it finds 'running' was a killed runner's. A local entry trains
-as core.config.train_command's child (it stops itself with a checkpoint when the runner dies), logging to
-.queue/<id>.log, and a killed runner's resumes from its checkpoint. An entry with a `host` trains there through
-`on_host` (core.cli.queue.train_on_host): started detached, followed as `watch HOST:PATH` does (folder "HOST:PATH"),
-stopped through its control channel, and followed again after a kill. No torch here.
+"""The run queue: settings waiting to train one after another, in <runs root>/.queue.json (written atomically under a
+short edit lock); each entry a RunConfig dict, a state (STATES), its run folder and its result (the best metric, or
+why it failed or stopped). QueueRunner holds .queue.lock for its life. A local entry trains as train_command's child
+(logging to .queue/<id>.log; a killed runner's resumes from its checkpoint); one with a `host` trains there through
+`on_host` (core.cli.queue.train_on_host), followed as `watch HOST:PATH` does and again after a kill. No torch here.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from core.text import first_line
 
 QUEUE_FILE, RUNNER_LOCK, EDIT_LOCK, ENTRY_FOLDER = ".queue.json", ".queue.lock", ".queue.edit.lock", ".queue"
 STATES = ("pending", "running", "done", "failed", "stopped")
+EDIT_WAIT = 30.0  # seconds an edit waits for another's lock
 KILLED = "the console was killed before the run's first checkpoint"
 
 
@@ -40,20 +38,6 @@ class QueueError(AmpConsoleError):
 
 def queue_root(root=None) -> Path:
     return runs_root(root)
-
-
-@contextlib.contextmanager
-def _edit_lock(root: Path, wait: float = 30.0):
-    root.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait
-    while (fd := try_lock(root / EDIT_LOCK)) is None:  # held for a read-modify-write only: milliseconds
-        if time.monotonic() > deadline:
-            raise QueueError(f"{root / QUEUE_FILE}: another process has been changing the queue for {wait:g} s")
-        time.sleep(0.02)
-    try:
-        yield
-    finally:
-        os.close(fd)
 
 
 def read_queue(root=None) -> dict:
@@ -72,12 +56,21 @@ def read_queue(root=None) -> dict:
 
 @contextlib.contextmanager
 def editing(root=None):
-    """The queue to change in place, written back atomically when the block ends (under the edit lock)."""
+    """The queue to change in place, written back atomically when the block ends, under the edit lock (held for a
+    read-modify-write only: milliseconds; QueueError after EDIT_WAIT s)."""
     root = queue_root(root)
-    with _edit_lock(root):
+    root.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + EDIT_WAIT
+    while (fd := try_lock(root / EDIT_LOCK)) is None:
+        if time.monotonic() > deadline:
+            raise QueueError(f"{root / QUEUE_FILE}: another process has been changing the queue for {EDIT_WAIT:g} s")
+        time.sleep(0.02)
+    try:
         data = read_queue(root)
         yield data
         atomic_write_bytes(root / QUEUE_FILE, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def add_entries(root, configs: list[tuple[str, RunConfig]], host=None) -> list[dict]:
@@ -151,16 +144,16 @@ def set_paused(root, paused: bool) -> None:
 
 def outcome(record: dict | None, fallback: str) -> tuple[str, str]:
     """(state, result) of a finished entry from its run.json: the best (else final) metric, or the run's reason."""
-    status = (record or {}).get("status")
+    record = record or {}
+    status = record.get("status")
     if status == "completed":
-        best = record.get("best") or {}  # type: ignore[union-attr]
-        metrics = record.get("metrics") or {}  # type: ignore[union-attr]
+        best, metrics = record.get("best") or {}, record.get("metrics") or {}
         name, value = (
             (best["name"], best["value"]) if best.get("value") is not None else next(iter(metrics.items()), ("", None))
         )
         return "done", f"{name} {value:.4g}" if isinstance(value, (int, float)) else "completed"
     if status in ("stopped", "failed"):
-        return status, first_line(record.get("message") or status)  # type: ignore[union-attr]
+        return status, first_line(record.get("message") or status)
     return "failed", fallback
 
 

@@ -76,12 +76,8 @@ class Served:
     def predict(self, inputs, k=10):
         """One answer per input of a batch of the task's inputs (a str or bytes is a batch of one); `k`: the
         answers per input, for a task that ranks (recommender)."""
-        if isinstance(inputs, (str, bytes)):
-            inputs = [inputs]
-        inputs = list(inputs)
-        if not inputs:
-            return []
-        return self.part.predict(inputs, k)
+        inputs = [inputs] if isinstance(inputs, (str, bytes)) else list(inputs)
+        return self.part.predict(inputs, k) if inputs else []
 
     def width(self):
         """The numbers per point / candidate the model takes (the input's last dimension)."""
@@ -259,17 +255,12 @@ def _normal(name):
     return re.sub(r"[\s_-]+", "", str(name)).lower()
 
 
+_KINDS = ((type(None), "null"), (bool, "true/false"), (str, "a string"), ((int, float), "a number"), (list, "a list"))
+
+
 def _kind(value):
     """What a JSON value is, in words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "a list" if isinstance(value, list) else "an object"
+    return next((words for kind, words in _KINDS if isinstance(value, kind)), "an object")
 
 
 def _shown(value):

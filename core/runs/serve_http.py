@@ -1,10 +1,8 @@
 """serve.py's HTTP server (http.server, a thread per connection up to `connections`, one prediction at a time):
 POST /predict and GET (or HEAD) /health, with the limits and one-line JSON errors of docs/runs.md; no request stops
-the server, and no client holds a thread longer than `timeout` seconds per request (a request, headers and body
-included, that has not arrived by then is dropped, however slowly it trickles in).
-
+the server, and no client holds a thread longer than `timeout` seconds per request, however slowly it trickles in.
 Standard library only; it travels beside serve.py in every export, which loads it for --http and hands it its rows
-and parsing (`kit`: RowError, parse_json, requests, collect, line, shown).
+and parsing (`kit`).
 """
 
 from __future__ import annotations

@@ -42,18 +42,13 @@ def answer_documents(kit, rows, documents):
 def _read_lines(kit, stream, limit):
     """(line number, bytes or RowError) of each line of a binary stream; a line over `limit` bytes is skipped
     (read in pieces, never held) and reported."""
-    number = 0
-    while True:
-        raw = stream.readline(limit + 1)
-        if not raw:
-            return
-        number += 1
+    for number, raw in enumerate(iter(lambda: stream.readline(limit + 1), b""), 1):
         if len(raw) > limit and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):
                 raw = stream.readline(1 << 16)
             yield number, kit.RowError(f"more than {limit:,} bytes (--max-request-bytes)")
-            continue
-        yield number, raw
+        else:
+            yield number, raw
 
 
 def _document(kit, number, raw):
