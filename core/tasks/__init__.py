@@ -6,13 +6,14 @@ running it; nothing is loaded because a run folder or a checkpoint names it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
-from core.tasks.options import TaskInfo
+from core.tasks.options import TASK_ATTRIBUTES, TaskInfo
 
 if TYPE_CHECKING:
     from core.tasks.base import Task
@@ -59,15 +60,9 @@ def predict_options() -> list:
 
 def class_info(cls: type[Task]) -> TaskInfo:
     """What the catalog says of a task class (a task file's stand-in included)."""
+    values = {name: copy.copy(getattr(cls, name)) for name in TASK_ATTRIBUTES}
     return TaskInfo(
-        name=cls.name,
-        description=cls.description,
-        options=tuple(cls.options),
-        defaults=dict(cls.defaults),
-        primary_metric=cls.primary_metric,
-        tokens_key=cls.tokens_key,
-        synthetic_file=cls.synthetic_file,
-        saved_defaults=dict(cls.saved_defaults),
+        **values | {"options": tuple(cls.options)},
         own_optimizer=getattr(cls, "configure_optimizers", None) is not None
         or "configure_optimizers" in getattr(cls, "capabilities", ()),  # a task file's stand-in says so
     )
@@ -81,14 +76,11 @@ def task_infos() -> dict[str, TaskInfo]:
         from core.tasks.catalog import read_task_info
 
         here = Path(__file__).resolve().parent
-        infos = {name: read_task_info(here / module, class_name) for name, (module, class_name) in _REGISTRY.items()}
-        if any(info is None or info.name != name for name, info in infos.items()):
-            classes = _task_classes()  # a task the source reader cannot follow: ask the class itself
-            infos = {
-                name: info if info is not None and info.name == name else class_info(classes[name])
-                for name, info in infos.items()
-            }
-        _infos = infos
+        found = {name: read_task_info(here / module, class_name) for name, (module, class_name) in _REGISTRY.items()}
+        _infos = {  # a task the source reader cannot follow: the class itself says
+            name: info if info is not None and info.name == name else class_info(_task_classes()[name])
+            for name, info in found.items()
+        }
     _read_installed()
     users = {}
     for name, reference in _references.items():

@@ -12,10 +12,11 @@ from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
 from core.data.splits import DataSource
+from core.devices import available_ram, cuda_free_memory
 from core.errors import ConfigError, TaskOutputError
 from core.precision_modes import OPTIMIZER_STATES, PRECISION_BYTES, state_bytes_per_parameter
 from core.tasks.feature_serving import FeatureServing
-from core.tasks.options import TaskOption, option_errors
+from core.tasks.options import TaskOption, checked_options, option_errors
 from core.tasks.serving import Input, ModelAtHand
 from core.text import size
 
@@ -80,12 +81,7 @@ class Task(ABC):
     inputs: ClassVar[tuple[Input, ...]] = ()
 
     def __init__(self, options: dict | None = None):
-        problems = self.option_errors(options or {})
-        if problems:
-            key, message = next(iter(problems.items()))
-            raise ConfigError(key, message)
-        self.opts = {opt.name: opt.default for opt in self.options}
-        self.opts.update(options or {})
+        self.opts = checked_options(self, options)
         self.source = DataSource()  # the data settings (use_config)
 
     def use_config(self, cfg) -> Task:
@@ -159,8 +155,7 @@ class Task(ABC):
 
     @classmethod
     def serving_class(cls) -> type[TaskServing] | None:
-        """The serving part of this task (core.tasks.serving): FeatureServing when it declares `inputs`; None:
-        the task is not served."""
+        """The serving part (core.tasks.serving): FeatureServing when the task declares `inputs`; None: not served."""
         return FeatureServing if cls.inputs else None
 
     def serving(self) -> TaskServing | None:
@@ -221,14 +216,10 @@ class Task(ABC):
         for where, bytes_needed, free in checks:
             if free is not None and bytes_needed > free:
                 culprits = self._size_culprits(info, params)
-                lower = (
-                    f"lower task option {' or '.join(f'{n} ({v:,})' for n, v in culprits)}"
-                    if culprits
-                    else "use a smaller model or a device with more memory"
-                )
+                lower = self._lower(culprits) if culprits else "use a smaller model or a device with more memory"
                 what = "to train" if where == device else "to build in host memory"
                 raise ConfigError(
-                    f"task_options.{culprits[0][0]}" if culprits else "task_options",
+                    f"task_options.{culprits[0]}" if culprits else "task_options",
                     f"the model would have {params:,} parameters (~{size(bytes_needed)} "
                     f"{what}) but {where} has {size(free)} free: {lower}",
                 )
@@ -240,15 +231,14 @@ class Task(ABC):
         if free is not None and need > free:
             defaults = {opt.name: opt.default for opt in self.options}
             options = tuple(n for n in options if self.opts[n] > defaults[n]) or options  # the raised ones
-            named = " or ".join(f"{name} ({self.opts[name]:,})" for name in options)
-            raise ConfigError(
-                f"task_options.{options[0]}",
-                f"the synthetic data would take over "
-                f"{size(need)} but cpu has {size(free)} "
-                f"free: lower task option {named}",
-            )
+            said = f"the synthetic data would take over {size(need)} but cpu has {size(free)} free"
+            raise ConfigError(f"task_options.{options[0]}", f"{said}: {self._lower(options)}")
 
-    def _size_culprits(self, info: dict, params: int) -> list[tuple[str, Any]]:
+    def _lower(self, options) -> str:
+        """'lower task option hidden (1,024) or layers (8)': the `options` with their values."""
+        return "lower task option " + " or ".join(f"{name} ({self.opts[name]:,})" for name in options)
+
+    def _size_culprits(self, info: dict, params: int) -> list[str]:
         """Up to two options whose halving shrinks the model most (error path only: a meta build each)."""
         shrink = []
         for opt in self.options:
@@ -265,8 +255,8 @@ class Task(ABC):
             except Exception:
                 continue
             if count < 0.9 * params:
-                shrink.append((count, opt.name, value))
-        return [(name, value) for _count, name, value in sorted(shrink)[:2]]
+                shrink.append((count, opt.name))
+        return [name for _count, name in sorted(shrink)[:2]]
 
 
 class _SkipMetaInit(TorchFunctionMode):
@@ -284,12 +274,8 @@ class _SkipMetaInit(TorchFunctionMode):
 def free_bytes(device: torch.device) -> int | None:
     """Free bytes on `device` (the host's available RAM for the CPU and MPS); None when it cannot be told."""
     if device.type == "cuda":
-        from core.devices import cuda_free_memory
-
         return cuda_free_memory(device.index if device.index is not None else torch.cuda.current_device())
     if device.type in ("cpu", "mps"):
-        from core.devices import available_ram
-
         return available_ram()
     return None
 

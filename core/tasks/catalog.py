@@ -8,18 +8,8 @@ import ast
 import operator
 from pathlib import Path
 
-from core.tasks.options import TaskInfo, TaskOption
+from core.tasks.options import TASK_ATTRIBUTES, TaskInfo, TaskOption
 
-_ATTRIBUTES = (
-    "name",
-    "description",
-    "options",
-    "defaults",
-    "primary_metric",
-    "tokens_key",
-    "synthetic_file",
-    "saved_defaults",
-)
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -103,9 +93,9 @@ def read_task_info(source: Path | str, class_name: str) -> TaskInfo | None:
     values: dict = {}
     for statement in cls.body:
         match statement:
-            case ast.Assign(targets=[ast.Name(id=attr)], value=value) if attr in _ATTRIBUTES:
+            case ast.Assign(targets=[ast.Name(id=attr)], value=value) if attr in TASK_ATTRIBUTES:
                 pass
-            case ast.AnnAssign(target=ast.Name(id=attr), value=value) if attr in _ATTRIBUTES and value:
+            case ast.AnnAssign(target=ast.Name(id=attr), value=value) if attr in TASK_ATTRIBUTES and value:
                 pass
             case _:
                 continue

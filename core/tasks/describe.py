@@ -71,11 +71,10 @@ def stand_in(answer: dict, reference: str) -> type:
     """A class with the task's attributes and option checks, for the window: no code of the task's runs. Building
     one for work (core.tasks.create_task) or serving it loads the real class (`real`)."""
     from core.errors import ConfigError
-    from core.tasks.options import TaskOption, option_errors
+    from core.tasks.options import TASK_ATTRIBUTES, TaskOption, checked_options, option_errors
 
     options = tuple(TaskOption(**o | {"choices": o["choices"] and tuple(o["choices"])}) for o in answer["options"])
     defaults = {o.name: o.default for o in options}
-    fields = ("name", "description", "defaults", "primary_metric", "tokens_key", "synthetic_file", "saved_defaults")
 
     class Described:
         name: str
@@ -83,10 +82,7 @@ def stand_in(answer: dict, reference: str) -> type:
         capabilities: frozenset[str]
 
         def __init__(self, options: dict | None = None):
-            problems = self.option_errors(options or {})
-            if problems:
-                raise ConfigError(*next(iter(problems.items())))
-            self.opts = defaults | (options or {})
+            self.opts = checked_options(self, options)
 
         @classmethod
         def option_errors(cls, values: dict) -> dict[str, str]:
@@ -107,13 +103,10 @@ def stand_in(answer: dict, reference: str) -> type:
                 raise ConfigError("task_options", "counted when it trains (its code runs in a child process only)")
             return answer["parameter_count"]
 
-    for name in fields:
+    for name in TASK_ATTRIBUTES:
         setattr(Described, name, answer[name])
-    Described.options, Described.capabilities, Described.__name__ = (
-        options,
-        frozenset(answer["capabilities"]),
-        answer["class_name"],
-    )
+    Described.options, Described.capabilities = options, frozenset(answer["capabilities"])
+    Described.__name__ = answer["class_name"]
     return Described
 
 

@@ -9,12 +9,17 @@ Without `inputs` the model reads x (B, F) float32, F from `input_shape`, the mod
 
 from __future__ import annotations
 
+import json
 import math
 from typing import ClassVar
 
+import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
+from core.data.formats import normalise_name
+from core.data.row_checks import Checks, feature_matrix
 from core.errors import DataError
 from core.tasks.serving import FileScorer, Input, PreviewSpec, ServingShape, TaskServing, validation_split
 from core.text import first_line
@@ -54,8 +59,6 @@ class FeatureFileScorer(FileScorer):
     unit = "rows"
 
     def __init__(self, predictor, reader, options):
-        import pyarrow as pa
-
         super().__init__(predictor, reader, options)
         serving = predictor.serving
         self.specs = serving.inputs(predictor.model)
@@ -78,11 +81,7 @@ class FeatureFileScorer(FileScorer):
 
     def _inputs(self, batch, checks):
         """The batch's input values (a list per input: its checked rows, None where a row is bad)."""
-        import numpy as np
-
         if self.features is not None:
-            from core.data.row_checks import feature_matrix
-
             return [list(feature_matrix(batch, self.features, checks))]
         values = [[None] * batch.num_rows for _ in self.specs]
         for j, (spec, column) in enumerate(zip(self.specs, self.columns)):
@@ -98,8 +97,6 @@ class FeatureFileScorer(FileScorer):
         return values
 
     def score(self, batch, lines, report):
-        from core.data.row_checks import Checks
-
         checks = Checks(batch.num_rows)
         values = self._inputs(batch, checks)
         good = self._good(batch, lines, checks, report)
@@ -127,11 +124,6 @@ class FeatureFileScorer(FileScorer):
             )
 
     def _table(self, lines, rows, y):
-        import json
-
-        import numpy as np
-        import pyarrow as pa
-
         self.scored += len(rows)
         columns = {self.line_column: pa.array(lines[rows])}
         if y.ndim > 2:
@@ -144,8 +136,7 @@ class FeatureFileScorer(FileScorer):
 
 
 class FeatureServing(TaskServing):
-    """The declared inputs (or a row of numbers) in, the model's outputs (or class probabilities) out; see the
-    module doc."""
+    """The declared inputs (or a row of numbers) in, the model's outputs (or class probabilities) out."""
 
     output_name = "y"
     probabilities: ClassVar[bool] = False  # softmax over the outputs: class probabilities
@@ -178,8 +169,7 @@ class FeatureServing(TaskServing):
         return self.task_inputs() or (Input("x", "float32", (self.features(model),)),)
 
     def features(self, model: nn.Module) -> int:
-        """The numbers per input row: those of `input_shape`, else the first nn.Linear's inputs, else the task's
-        `features` option."""
+        """The numbers per input row: `input_shape`'s, else the first nn.Linear's inputs, else option `features`."""
         if self.input_shape:
             return math.prod(self.input_shape)
         width = first_linear_inputs(model) or int(self.opts.get("features", 0) or 0)
@@ -226,8 +216,6 @@ class FeatureServing(TaskServing):
                 return found
         if reader.find("x"):
             return None
-        from core.data.formats import normalise_name
-
         rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
         if len(rest) != width:
             raise DataError(
@@ -273,8 +261,6 @@ class FeatureServing(TaskServing):
     def predict_inputs(self, predictor, inputs: dict):
         """{input name: its rows (lists, numbers or checked arrays)} -> the outputs as float32, as the export
         computes them; a DataError names a bad row."""
-        import numpy as np
-
         arrays = []
         for spec in self.inputs(predictor.model):
             rows = inputs.get(spec.name)
@@ -302,8 +288,6 @@ class FeatureServing(TaskServing):
 
     def example_rows(self, predictor, limit: int = 200):
         """The first `limit` rows of the run's validation data (its test data when it has none), as float32."""
-        import numpy as np
-
         x = validation_split(self.task, limit, predictor.config).get("x")
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x[0].numel() != predictor.n_features:
             return np.zeros((0, predictor.n_features), np.float32)

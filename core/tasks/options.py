@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,14 @@ def option_errors(task: str, options: tuple[TaskOption, ...], values: dict) -> d
     return problems
 
 
+def checked_options(task, values: dict | None) -> dict:
+    """A task's defaults updated with `values`, else ConfigError for the first of its option_errors."""
+    problems = task.option_errors(values or {})
+    if problems:
+        raise ConfigError(*next(iter(problems.items())))
+    return {opt.name: opt.default for opt in task.options} | (values or {})
+
+
 def _number(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
@@ -82,3 +92,7 @@ class TaskInfo:
     def option_errors(self, values: dict) -> dict[str, str]:
         """What Task.option_errors says of `values`, without the Task class."""
         return option_errors(self.name, self.options, values)
+
+
+# The class attributes a TaskInfo is made of (core.tasks.catalog reads them from source, class_info from a class).
+TASK_ATTRIBUTES = tuple(f.name for f in fields(TaskInfo) if f.name not in ("source", "own_optimizer"))

@@ -58,8 +58,7 @@ class TaskServing(ABC):
 
     @abstractmethod
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        """The deployable module over `model` (held as its `model` attribute) for export format `fmt`: it takes
-        the `inputs` in order."""
+        """The deployable module over `model` (its `model` attribute) for export format `fmt`, taking `inputs`."""
 
     def weights(self, model: nn.Module) -> nn.Module:
         """The part of `model` cast to an export's reduced dtype."""
@@ -70,7 +69,7 @@ class TaskServing(ABC):
         return tuple(getattr(self.task, "inputs", ()) or ())
 
     def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """About `rows` rows of each input (a tensor alone: of the one input), of the right shape and range: the run's own validation data (its
+        """About `rows` rows of each input (a tensor alone: of the one input) from the run's validation data (its
         test, then training data when it has none), each input read from the batch key of its name."""
         import torch
 

@@ -25,13 +25,9 @@ _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func
 
 
 def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
+    paths, core = sysconfig.get_paths(), Path(__file__).resolve().parents[1]
     dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    dirs |= {
-        str(Path(torch.__file__).parent),
-        str(Path(__file__).resolve().parents[1]),  # core/
-        str(Path(__file__).resolve().parents[2] / "app"),
-    }
+    dirs |= {str(Path(torch.__file__).parent), str(core), str(core.parent / "app")}
     return tuple(str(Path(d).resolve()) + "/" for d in dirs if d)
 
 

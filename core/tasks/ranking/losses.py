@@ -15,7 +15,7 @@ def listwise_softmax_loss(scores: torch.Tensor, label: torch.Tensor) -> torch.Te
     """Cross-entropy between softmax(scores) and the query's normalised gains; queries with no gain skip."""
     valid = label >= 0
     log_p = F.log_softmax(scores.float().masked_fill(~valid, float("-inf")), dim=1)
-    gains = (2.0 ** label.clamp(min=0).float() - 1.0) * valid
+    gains = _gains(label)
     total = gains.sum(1, keepdim=True)
     per_query = -(gains / total.clamp(min=1e-12) * log_p.masked_fill(~valid, 0.0)).sum(1)
     used = (total.squeeze(1) > 0).float()
@@ -35,10 +35,11 @@ def _gains(label: torch.Tensor) -> torch.Tensor:
     return (2.0 ** label.clamp(min=0).float() - 1.0) * (label >= 0)
 
 
-def _ideal_dcg(gains: torch.Tensor) -> torch.Tensor:
+def _gains_and_ideal_dcg(label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    gains = _gains(label)
     ideal = gains.sort(dim=1, descending=True).values
     discount = 1.0 / torch.log2(torch.arange(gains.shape[1], device=gains.device, dtype=torch.float32) + 2.0)
-    return (ideal * discount).sum(1)
+    return gains, (ideal * discount).sum(1)
 
 
 LAMBDA_MU = 10.0  # weight of NDCG-Loss2's term in NDCG-Loss2++ (Wang et al. 2018; allRank's default)
@@ -51,8 +52,7 @@ def lambda_loss(scores: torch.Tensor, label: torch.Tensor, mu: float = LAMBDA_MU
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
         valid = label >= 0
-        gains = _gains(label)
-        idcg = _ideal_dcg(gains)
+        gains, idcg = _gains_and_ideal_dcg(label)
         g = gains / idcg.clamp(min=1e-12).unsqueeze(1)
         order = scores.detach().masked_fill(~valid, float("-inf")).argsort(dim=1, descending=True)
         positions = torch.arange(1, label.shape[1] + 1, device=label.device).expand_as(order)
@@ -75,8 +75,7 @@ def approx_ndcg_loss(scores: torch.Tensor, label: torch.Tensor, alpha: float = 1
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
         valid = label >= 0
-        gains = _gains(label)
-        idcg = _ideal_dcg(gains)
+        gains, idcg = _gains_and_ideal_dcg(label)
         above = torch.sigmoid(alpha * (scores.unsqueeze(1) - scores.unsqueeze(2)))  # [q, i, j]: j above i
         above = above * valid.unsqueeze(1).float()
         rank = 1.0 + above.sum(2) - 0.5 * valid.float()  # the diagonal term (j = i) is sigmoid(0)

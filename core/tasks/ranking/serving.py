@@ -4,14 +4,17 @@ and `example_queries` (the run's test queries, split as the run split them)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
+from core.data.formats import normalise_name
+from core.data.row_checks import Checks, feature_matrix, ids, numbers, shown_names
+from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.ranking.losses import ndcg_at
 from core.tasks.serving import FileScorer, Input, PreviewSpec, ServingShape, TaskServing, feature_rows, tensor_entry
@@ -37,69 +40,18 @@ class RankingServing(nn.Module):
         self.onnx_friendly = onnx_friendly
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        norm = self.model.norm
-        if self.onnx_friendly and hasattr(norm, "knots"):
-            y = (_quantile_gauss_portable(features.float(), norm.knots) - norm.mean) / norm.std
-        else:
-            y = norm(features.float())
+        y = self.model.norm(features.float(), portable=self.onnx_friendly)
         dtype = self.model.net[0].weight.dtype
         return self.model.net(y.to(dtype)).squeeze(-1).float()
 
 
-def _quantile_gauss_portable(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """core.tasks.ranking.quantile_gauss with ops ONNX has: searchsorted as counts of comparisons (serving
-    batches are small: (B*N, F, K) booleans), ndtri as sqrt(2) erfinv(2u - 1) by Giles' single-precision
-    approximation (ONNX has Erf but no Erfinv). The export's verification compares it with the original."""
-    k = knots.shape[1]
-    flat = x.reshape(-1, x.shape[-1]).unsqueeze(-1)  # (R, F, 1)
-    lo = (knots.unsqueeze(0) < flat).sum(-1)  # first knot >= x, as searchsorted(left)
-    hi = (knots.unsqueeze(0) <= flat).sum(-1)  # first knot > x, as searchsorted(right)
-    x2 = flat.squeeze(-1)
-    table = knots.unsqueeze(0).expand(x2.shape[0], -1, -1)
-    below = table.gather(2, (lo - 1).clamp(0, k - 1).unsqueeze(-1)).squeeze(-1)
-    above = table.gather(2, lo.clamp(0, k - 1).unsqueeze(-1)).squeeze(-1)
-    between = (lo - 1).float() + (x2 - below) / (above - below).clamp(min=1e-30)
-    position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
-    u = (position + 0.5) / k
-    z = math.sqrt(2.0) * _erfinv(2 * u - 1)
-    return z.reshape(x.shape)
-
-
-# Giles' polynomials in w = -log(1 - y^2): for w < 5 in w - 2.5, beyond in sqrt(w) - 3; highest power first
-_ERFINV_CENTRAL: tuple[float, ...] = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087)
-_ERFINV_CENTRAL += (-0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERFINV_TAIL: tuple[float, ...] = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773)
-_ERFINV_TAIL += (-0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
-
-
-def _erfinv(y: torch.Tensor) -> torch.Tensor:
-    """Inverse error function, M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
-    single precision (relative error ~4e-7 inside (-1, 1))."""
-    w = -torch.log((1.0 - y) * (1.0 + y))
-
-    def polynomial(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
-        out = torch.full_like(y, coefficients[0])
-        for c in coefficients[1:]:
-            out = c + out * x
-        return out
-
-    central, tail = polynomial(w - 2.5, _ERFINV_CENTRAL), polynomial(torch.sqrt(w.clamp(min=5.0)) - 3.0, _ERFINV_TAIL)
-    return torch.where(w < 5.0, central, tail) * y
-
-
 class RankingFileScorer(FileScorer):
-    """`predict` over a file of candidates: query_id, doc_id, f1..fN (label optional, copied) -> query_id,
-    doc_id, score (, label)."""
+    """`predict` over candidates: query_id, doc_id, f1..fN (label optional, copied) -> query_id, doc_id, score."""
 
     unit = "candidates"
     input_columns = ("query_id", "doc_id", "label")
 
     def __init__(self, predictor, reader, options):
-        import pyarrow as pa
-
-        from core.data.formats import normalise_name
-        from core.data.row_checks import shown_names
-
         super().__init__(predictor, reader, options)
         why = "a ranking model scores candidates given as query_id, doc_id, f1..fN"
         self.query = reader.require("query_id", why)
@@ -129,11 +81,6 @@ class RankingFileScorer(FileScorer):
         self.schema = pa.schema(fields + ([("label", pa.int64())] if self.label else []))
 
     def score(self, batch, lines, report):
-        import numpy as np
-        import pyarrow as pa
-
-        from core.data.row_checks import Checks, feature_matrix, ids, numbers
-
         checks = Checks(batch.num_rows)
         query, doc = ids(batch.column(self.query), self.query, checks), ids(batch.column(self.doc), self.doc, checks)
         x = feature_matrix(batch, self.features, checks)
@@ -227,12 +174,8 @@ class RankingTaskServing(TaskServing):
     def example_queries(self, predictor, limit: int = 200) -> list[Query]:
         """Up to `limit` queries of the run's data with their candidates' raw features and true grades: its
         test split (the same queries as the run's), else its validation split."""
-        from core.data.importers import contiguous_ids
-
         seed, opts, path = int(predictor.config.get("seed", 0)), self.opts, predictor.config.get("data") or ""
         if not path:
-            from core.data.synthetic import generate_ranking
-
             data = generate_ranking(opts["queries"], opts["docs"], opts["features"], opts["noise"], seed)
             query, features, label = data.query, data.features, data.label
             raw_query: np.ndarray = query
@@ -240,10 +183,7 @@ class RankingTaskServing(TaskServing):
             whole = True
         else:
             table, whole = self.task.example_table(path)
-            names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
-            features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
-            label = table.column("label").to_numpy().astype(np.int64)
-            query, _ = contiguous_ids(table.column("query_id"))
+            query, features, label = self.task.ranking_arrays(table, path)
             raw_query = np.array(table.column("query_id").to_pylist(), dtype=object)
             doc = np.array(table.column("doc_id").to_pylist(), dtype=object)
         n = int(query.max()) + 1 if len(query) else 0

@@ -7,6 +7,7 @@ hidden relevance (synthetic data).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from torch import nn
 
 from core.data.importers import Column, contiguous_ids, require_rows
 from core.data.splits import SPLITS, SplitTables, carve, read_splits, seeded_thirds
-from core.data.synthetic import generate_ranking
+from core.data.synthetic import generate_ranking, ranking_table
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, bucket_rows, iter_slices
 from core.tasks.ranking.losses import LOSSES, TOP_K, flat_ranking_metrics, query_curves, ranking_metrics
@@ -33,19 +34,47 @@ FIT_ROWS = 200_000  # candidates the normaliser's statistics are fit on, at most
 QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quantile)
 
 
-def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """x (..., F) -> the normal quantile of each value's rank among its column's `knots` (rank-Gauss)."""
+def quantile_gauss(x: torch.Tensor, knots: torch.Tensor, portable: bool = False) -> torch.Tensor:
+    """x (..., F) -> the normal quantile of each value's rank among its column's `knots` (rank-Gauss). `portable`
+    uses only ops ONNX has: searchsorted as counts of comparisons (serving batches are small: (F, N, K)
+    booleans), ndtri as sqrt(2) erfinv(2u - 1); the export's verification compares it with the original."""
     k = knots.shape[1]
     flat = x.reshape(-1, x.shape[-1]).t().contiguous()  # (F, N)
-    lo = torch.searchsorted(knots, flat)  # first knot >= x
-    hi = torch.searchsorted(knots, flat, right=True)  # first knot > x
+    if portable:
+        lo = (knots.unsqueeze(1) < flat.unsqueeze(-1)).sum(-1)  # first knot >= x
+        hi = (knots.unsqueeze(1) <= flat.unsqueeze(-1)).sum(-1)  # first knot > x
+    else:
+        lo = torch.searchsorted(knots, flat)
+        hi = torch.searchsorted(knots, flat, right=True)
     below = knots.gather(1, (lo - 1).clamp(0, k - 1))
     above = knots.gather(1, lo.clamp(0, k - 1))
     between = (lo - 1).float() + (flat - below) / (above - below).clamp(min=1e-30)
     position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
     u = (position + 0.5) / k
-    z = torch.special.ndtri(u)
+    z = math.sqrt(2.0) * _erfinv(2 * u - 1) if portable else torch.special.ndtri(u)
     return z.t().reshape(x.shape)
+
+
+# Giles' polynomials in w = -log(1 - y^2): for w < 5 in w - 2.5, beyond in sqrt(w) - 3; highest power first
+_ERFINV_CENTRAL: tuple[float, ...] = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087)
+_ERFINV_CENTRAL += (-0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL: tuple[float, ...] = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773)
+_ERFINV_TAIL += (-0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _erfinv(y: torch.Tensor) -> torch.Tensor:
+    """Inverse error function, M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
+    single precision (relative error ~4e-7 inside (-1, 1))."""
+    w = -torch.log((1.0 - y) * (1.0 + y))
+
+    def polynomial(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+        out = torch.full_like(y, coefficients[0])
+        for c in coefficients[1:]:
+            out = c + out * x
+        return out
+
+    central, tail = polynomial(w - 2.5, _ERFINV_CENTRAL), polynomial(torch.sqrt(w.clamp(min=5.0)) - 3.0, _ERFINV_TAIL)
+    return torch.where(w < 5.0, central, tail) * y
 
 
 IDENTITY = {"center": 0.0, "scale": 1.0, "curve": 0.0, "mean": 0.0, "std": 1.0}  # FeatureNormalizer's buffers
@@ -68,9 +97,9 @@ class FeatureNormalizer(nn.Module):
         if quantiles:
             self.register_buffer("knots", torch.zeros(features, quantiles))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         if hasattr(self, "knots"):
-            y = quantile_gauss(x.float(), self.knots)
+            y = quantile_gauss(x.float(), self.knots, portable)
         else:
             y = (x.float() - self.center) / self.scale
             y = torch.where(self.curve > 0, torch.asinh(y), y)
@@ -307,8 +336,6 @@ class RankingTask(Task):
 
     def synthetic_table(self, rows: int, seed: int):
         """`rows` (query, document) pairs of whole queries, in the ranking file format."""
-        from core.data.synthetic import generate_ranking, ranking_table
-
         docs = self.opts["docs"]
         table = ranking_table(generate_ranking(-(-rows // docs), docs, self.opts["features"], self.opts["noise"], seed))
         return table.slice(0, rows)
@@ -318,6 +345,8 @@ class RankingTask(Task):
         from core.tasks.ranking.serving import RankingTaskServing
 
         return RankingTaskServing
+
+    ranking_arrays = staticmethod(ranking_arrays)  # for the serving part
 
     def example_table(self, data_path: str):
         """The table the preview's example queries come from: the given test (else validation) split, or the
@@ -449,15 +478,9 @@ class RankingTask(Task):
             return {"ndcg": curve, "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr}}
 
         buckets = bucket_rows(size, QUERY_SIZE_BUCKETS, bucket_values)
-        series += [
-            {
-                "name": b["label"],
-                "label": f"{b['label']} candidates ({b['count']:,})",
-                "values": b["ndcg"],
-                "emphasis": "faint",
-            }
-            for b in buckets
-        ]
+        for b in buckets:
+            shown = f"{b['label']} candidates ({b['count']:,})"
+            series.append({"name": b["label"], "label": shown, "values": b["ndcg"], "emphasis": "faint"})
         return {
             "curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks, "series": series}],
             "mrr": mrr,

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from core.data.row_checks import Checks, as_text, ids, numbers, shown_value
 from core.errors import DataError
+from core.tasks.recommender.recommender_rows import HISTORY_EDGES
 from core.tasks.serving import CommandOption, FileScorer
-
-HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 
 
 class RecommenderFileScorer(FileScorer):
@@ -170,25 +169,17 @@ class RecommenderFileScorer(FileScorer):
         if not (pa.types.is_string(user.type) or pa.types.is_large_string(user.type)):
             user = as_text(user, self.user, self.reader.path)
         encoded = pc.dictionary_encode(user)
-        table = np.array(
-            [
-                self._code(value, int(lines[first]))
-                for value, first in zip(
-                    encoded.dictionary.to_pylist(),
-                    np.unique(encoded.indices.to_numpy(zero_copy_only=False), return_index=True)[1],
-                )
-            ],
-            dtype=np.int64,
-        )
-        code = table[encoded.indices.to_numpy(zero_copy_only=False)]
+        index = encoded.indices.to_numpy(zero_copy_only=False)
+        first = np.unique(index, return_index=True)[1]  # each user's first row (the dictionary's order)
+        values = zip(encoded.dictionary.to_pylist(), first)
+        code = np.array([self._code(value, int(lines[row])) for value, row in values], dtype=np.int64)[index]
         items = self.predictor.item_codes(item.take(taken))
         known = items > 0
         self.unknown += int((~known).sum())
         code, when, items = code[known], when[known], items[known]
-        if len(code):  # --include-seen marks them seen
-            self._remember(code * (self.predictor.n_items + 1) + items)
         if not len(code):
             return
+        self._remember(code * (self.predictor.n_items + 1) + items)  # --include-seen marks them seen
         length = self.predictor.max_len
         users = np.unique(code)
         held = self._items[users] > 0
@@ -227,19 +218,10 @@ class RecommenderFileScorer(FileScorer):
         if self.history is not None:
             return
         count = len(self._users)
-        users = pa.array(self._users, type=pa.string())
-        if self.schema.field(0).type != pa.string():
-            users = users.cast(self.schema.field(0).type)
+        users = pa.array(self._users, type=pa.string()).cast(self.schema.field(0).type)
         empty = np.flatnonzero((self._items[:count] == 0).all(1))
-        report.add(
-            [
-                (
-                    int(self._first_line[u]),
-                    f"user {shown_value(self._users[u])} (first seen here): none of its lessons is known to the model",
-                )
-                for u in empty
-            ]
-        )
+        why = "(first seen here): none of its lessons is known to the model"
+        report.add([(int(self._first_line[u]), f"user {shown_value(self._users[u])} {why}") for u in empty])
         step = max(1, self.options.batch_size)
         length = self.predictor.max_len
         seen = self._seen_pairs()

@@ -10,6 +10,8 @@ import operator
 import re
 
 ALIASES = {"history": ("histories", "lessons", "items", "sequence"), "userid": ("user", "uid")}  # predict's
+HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history before it is split into ids
+WHOLE_ID = re.compile(r"^([-+]?\d+)\.0*$")  # an id written as a float: 12.0 names lesson 12
 
 
 class Serving:
@@ -102,7 +104,7 @@ class Serving:
 def split_history(text):
     """A history written as text: ids separated by spaces or commas, brackets around them ignored
     ("12 7 40", "12,7,40", "[12, 7, 40]"), as `amp-console predict` reads its history column."""
-    return [part for part in re.split(r"[\s,]+", text.strip(" \t\r\n[](),")) if part]
+    return [part for part in re.split(r"[\s,]+", text.strip(HISTORY_EDGES)) if part]
 
 
 def lesson_key(lesson):
@@ -110,8 +112,4 @@ def lesson_key(lesson):
     from a float column) as the integer."""
     if isinstance(lesson, float) and lesson.is_integer():
         return str(int(lesson))
-    text = str(lesson).strip()
-    return _WHOLE.sub(r"\1", text)
-
-
-_WHOLE = re.compile(r"^([-+]?\d+)\.0*$")
+    return WHOLE_ID.sub(r"\1", str(lesson).strip())

@@ -5,7 +5,6 @@ next lessons, those of the history excluded (or marked), ids the model does not 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from torch import nn
 
 from core.errors import CheckpointError, ConfigError
 from core.tasks.recommender.files import RecommenderFileScorer
+from core.tasks.recommender.recommender_rows import WHOLE_ID, split_history
 from core.tasks.serving import Input, PreviewSpec, ServingShape, TaskServing, tensor_entry
 
 RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it); fewer for a
@@ -57,8 +57,7 @@ class RecommenderServing(nn.Module):
 
 
 class RecommenderTaskServing(TaskServing):
-    """Histories of model item ids in (the manifest's vocabulary maps the data's lesson ids to them), scores
-    over the catalogue out."""
+    """Histories of model item ids in, scores over the catalogue out (see the module doc)."""
 
     output_name = "scores"
     rows_module = "recommender_rows.py"  # serve.py's part for the task (core.tasks.serving)
@@ -249,11 +248,6 @@ class RecommenderTaskServing(TaskServing):
         return list(out.items())
 
 
-def split_history(text: str) -> list[str]:
-    """A history written as text: ids separated by spaces or commas, brackets around them ignored."""
-    return [part for part in re.split(r"[\s,]+", text.strip(" \t\r\n[](),")) if part]
-
-
 def _whole(ids: pa.Array) -> pa.Array:
     """Ids with a whole number written as a float ("12.0", "12.") written as an integer ("12")."""
-    return pc.replace_substring_regex(ids, r"^([-+]?\d+)\.0*$", r"\1")
+    return pc.replace_substring_regex(ids, WHOLE_ID.pattern, r"\1")

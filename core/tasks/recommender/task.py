@@ -23,7 +23,8 @@ from core.data.sequences import (
     sequence_splits,
 )
 from core.data.splits import read_splits
-from core.data.synthetic import TrackChain, generate_interactions, make_track_chain
+from core.data.synthetic import TrackChain, generate_interactions, interactions_table, make_track_chain
+from core.errors import ConfigError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, bucket_rows, iter_slices
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 from core.tasks.serving import SAMPLE_ROWS, TaskServing, listed
@@ -161,10 +162,10 @@ def rank_curves(ranks: torch.Tensor, most: int) -> tuple[list[float], list[float
     return (counts.cumsum(0) / n).tolist(), ((counts * gain).cumsum(0) / n).tolist()
 
 
-def ranking_metrics(ranks: dict[str, torch.Tensor]) -> dict[str, float]:
-    """hr@10_<protocol> and ndcg@10_<protocol> for each of PROTOCOLS, from held_out_ranks."""
+def ranking_metrics(ranks: dict[str, torch.Tensor], protocols: tuple[str, ...] = PROTOCOLS) -> dict[str, float]:
+    """hr@10_<protocol> and ndcg@10_<protocol> for each of `protocols`, from held_out_ranks."""
     metrics = {}
-    for p in PROTOCOLS:
+    for p in protocols:
         hit, ndcg = rank_curves(ranks[p], TOP_K)
         metrics[f"hr@{TOP_K}_{p}"], metrics[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
     return metrics
@@ -271,8 +272,6 @@ class RecommenderTask(Task):
 
     def synthetic_table(self, rows: int, seed: int):
         """`rows` interactions of the planted lesson tracks, in the interactions file format."""
-        from core.data.synthetic import interactions_table
-
         return interactions_table(self.synthetic_interactions(rows, seed)[1])
 
     @classmethod
@@ -343,16 +342,7 @@ class RecommenderTask(Task):
             "users_evaluated": int(val["target"].shape[0]),
             "interactions": int(interactions),
         }
-        return TaskData(
-            train=train,
-            val=val,
-            test=test,
-            info=info,
-            ceiling=ceiling,
-            baseline=baseline,
-            vocabulary=vocabulary,
-            notes=notes,
-        )
+        return TaskData(train, val, test, info, ceiling, baseline, vocabulary, notes)
 
     def settled_options(self, info: dict) -> dict:
         """loss=auto as the loss it chose for this catalogue (the run's config records it; see Task)."""
@@ -363,8 +353,6 @@ class RecommenderTask(Task):
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
         if o["d_model"] % o["heads"]:
-            from core.errors import ConfigError
-
             raise ConfigError("task_options.heads", f"{o['heads']} heads must divide d_model {o['d_model']}")
         return SASRec(
             info.get("n_items", o["items"]), o["d_model"], o["layers"], o["heads"], o["max_len"], o["dropout"]
@@ -466,32 +454,18 @@ class RecommenderTask(Task):
         curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
         ks = list(range(1, REPORT_K + 1))
         order = ("full_filtered", PROTOCOLS[2], "full_unfiltered")  # the primary first, then the sampled
-        plots = [
-            {
-                "title": f"{title} by k",
-                "metric": metric,
-                "y_label": f"{metric.upper()}@k",
-                "ks": ks,
-                "series": [
-                    {
-                        "name": p,
-                        "label": PROTOCOL_LABELS[p],
-                        "values": curves[p][i],
-                        "emphasis": ("main", "normal", "faint")[j],
-                    }
-                    for j, p in enumerate(order)
-                ],
-            }
-            for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))
-        ]
+        plots = []
+        for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG"))):
+            series = [
+                {"name": p, "label": PROTOCOL_LABELS[p], "values": curves[p][i], "emphasis": emphasis}
+                for p, emphasis in zip(order, ("main", "normal", "faint"))
+            ]
+            y_label = f"{metric.upper()}@k"
+            plots.append({"title": f"{title} by k", "metric": metric, "y_label": y_label, "ks": ks, "series": series})
         length = split["history_end"] - split["history_start"]
 
         def bucket_values(chosen: torch.Tensor) -> dict:
-            values = {}
-            for p in order:
-                hit, ndcg = rank_curves(ranks[p][chosen], TOP_K)
-                values[f"hr@{TOP_K}_{p}"], values[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
-            return {"values": values}
+            return {"values": ranking_metrics({p: ranks[p][chosen] for p in order}, order)}
 
         buckets = bucket_rows(length, HISTORY_BUCKETS, bucket_values)
         return {

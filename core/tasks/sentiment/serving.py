@@ -18,8 +18,7 @@ SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 
 
 class SentimentServing(nn.Module):
-    """Hashed token ids (B, T) int64 -> P(positive) (B,) float32. `onnx_friendly` counts a row's duplicate ids
-    (sublinear tf weighting) by comparing ids pairwise, (B, T, T), as ONNX has no searchsorted."""
+    """Hashed token ids (B, T) int64 -> P(positive) (B,) float32 (`onnx_friendly`: with ONNX's ops only)."""
 
     def __init__(self, model: nn.Module, onnx_friendly: bool = False):
         super().__init__()
@@ -27,13 +26,7 @@ class SentimentServing(nn.Module):
         self.onnx_friendly = onnx_friendly
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        model = self.model
-        if not (self.onnx_friendly and model.sublinear):
-            return torch.softmax(model(tokens).float(), dim=-1)[:, 1]
-        weights = model.bucket_weight[tokens]
-        counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).to(weights.dtype)
-        weights = weights * (1 + torch.log(counts)) / counts
-        return torch.softmax(model.logits(tokens, weights).float(), dim=-1)[:, 1]
+        return torch.softmax(self.model(tokens, portable=self.onnx_friendly).float(), dim=-1)[:, 1]
 
 
 TOKENIZER_RECIPE = (
@@ -47,8 +40,7 @@ TOKENIZER_RECIPE = (
 
 
 class SentimentFileScorer(FileScorer):
-    """`predict` over a file of reviews: a `text` column (a `label` column is ignored) -> line, p_positive,
-    predicted (positive/negative)."""
+    """`predict` over reviews: a `text` column (`label` ignored) -> line, p_positive, predicted (its class)."""
 
     unit = "reviews"
     input_columns = ("text", "label")

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.data.importers import Column, require_rows
-from core.data.reviews import generate_reviews
+from core.data.reviews import generate_reviews, reviews_table
 from core.data.splits import carve, read_splits, seeded_thirds
 from core.data.tokenizer import hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
@@ -27,8 +27,11 @@ NEGATIVE_LABELS = ("0", "negative", "neg", "false")
 REVIEW_COLUMNS = [Column("text", "text"), Column("label", "label", choices=POSITIVE_LABELS + NEGATIVE_LABELS)]
 
 
-def duplicate_counts(tokens: torch.Tensor) -> torch.Tensor:
-    """How often each entry's id occurs in its row (B, T), by a sort per row: no Python loop, no host sync."""
+def duplicate_counts(tokens: torch.Tensor, portable: bool = False) -> torch.Tensor:
+    """How often each entry's id occurs in its row (B, T), by a sort per row: no Python loop, no host sync.
+    `portable` compares ids pairwise, (B, T, T), as ONNX has no searchsorted."""
+    if portable:
+        return (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1)
     ordered = tokens.sort(dim=1).values.contiguous()
     flat = tokens.contiguous()
     return torch.searchsorted(ordered, flat, right=True) - torch.searchsorted(ordered, flat)
@@ -83,18 +86,18 @@ class BagClassifier(nn.Module):
         self.head = nn.Sequential(*head)
         nn.init.normal_(self.bag.weight, std=0.1)
 
-    def token_weights(self, tokens: torch.Tensor) -> torch.Tensor:
+    def token_weights(self, tokens: torch.Tensor, portable: bool = False) -> torch.Tensor:
         weights = self.bucket_weight[tokens.long()]
         if self.sublinear:
-            counts = duplicate_counts(tokens).clamp(min=1).float()
+            counts = duplicate_counts(tokens, portable).clamp(min=1).float()
             weights = weights * (1 + torch.log(counts)) / counts
         if self.training and self.token_dropout > 0:
             weights = weights * (torch.rand_like(weights) >= self.token_dropout)
         return weights
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Padded bucket ids (B, T) -> class logits (B, 2)."""
-        return self.logits(tokens, self.token_weights(tokens))
+    def forward(self, tokens: torch.Tensor, portable: bool = False) -> torch.Tensor:
+        """Padded bucket ids (B, T) -> class logits (B, 2); `portable`: ONNX's ops only (duplicate_counts)."""
+        return self.logits(tokens, self.token_weights(tokens, portable))
 
     def logits(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Class logits (B, 2) of tokens (B, T) pooled with per-token `weights` (B, T)."""
@@ -150,12 +153,6 @@ def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
     chosen = torch.searchsorted(along, levels).clamp(max=n - 1)
     ends = torch.tensor([0, n - 1], device=x.device)
     return torch.unique(torch.cat([chosen, ends]))
-
-
-def review_arrays(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray]:
-    """A read table's texts and 0/1 labels."""
-    label = pc.is_in(table.column("label"), value_set=pa.array(POSITIVE_LABELS))
-    return table.column("text"), label.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def split_indices(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -217,8 +214,6 @@ class SentimentTask(Task):
 
     def synthetic_table(self, rows: int, seed: int):
         """`rows` synthetic reviews with their labels, in the reviews file format."""
-        from core.data.reviews import generate_reviews, reviews_table
-
         return reviews_table(generate_reviews(rows, seed))
 
     @classmethod
@@ -235,8 +230,7 @@ class SentimentTask(Task):
             read = read_splits(self.data_source(data_path), REVIEW_COLUMNS)
             tables, notes = read.tables, read.notes
             if not read.given:  # one data set: the seeded 80 / 10 / 10 split
-                text, label = review_arrays(tables.pop("all"))
-                train, val, test = split_rows({"tokens": self.tokens(text), "label": torch.from_numpy(label)}, seed)
+                train, val, test = split_rows(self._rows(tables.pop("all")), seed)
                 require_rows(data_path, val, "validation", "at least 10 reviews are needed (10% validate)")
             else:  # given splits, used as given (see core.data.splits)
                 train, val, test = self._given_splits(tables, seed)
@@ -270,12 +264,14 @@ class SentimentTask(Task):
         o = self.opts
         return hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
 
+    def _rows(self, table: pa.Table) -> dict[str, torch.Tensor]:
+        """A read table's texts as tokens and its 0/1 labels."""
+        label = pc.is_in(table.column("label"), value_set=pa.array(POSITIVE_LABELS)).to_numpy(zero_copy_only=False)
+        return {"tokens": self.tokens(table.column("text")), "label": torch.from_numpy(label.astype(np.int64))}
+
     def _given_splits(self, tables: dict, seed: int) -> tuple[dict, dict, Any]:
         """Each given split's rows; without a validation split, 10% of the training rows."""
-        splits = {}
-        for name, table in tables.items():
-            text, label = review_arrays(table)
-            splits[name] = {"tokens": self.tokens(text), "label": torch.from_numpy(label)}
+        splits = {name: self._rows(table) for name, table in tables.items()}
         if "val" not in splits:
             keep, carved = (torch.from_numpy(i) for i in carve(len(splits["train"]["label"]), seed, 9))
             train = splits["train"]
@@ -337,7 +333,7 @@ class SentimentTask(Task):
         precision = tp / (tp + fp) if tp + fp else 0.0
         recall = tp / (tp + fn) if tp + fn else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        n = max(int(label.shape[0]), 1)
+        accuracy = (tp + int((~predicted & ~positive).sum())) / max(int(label.shape[0]), 1)
         fpr, tpr, threshold = roc_curve(margin, label)
         keep = thin_curve(fpr, tpr, ROC_POINTS)
         probability = torch.sigmoid(threshold[keep])  # P(positive) = softmax(logits)[1] = sigmoid(margin)
@@ -349,12 +345,7 @@ class SentimentTask(Task):
         return {
             "confusion": confusion_section(label, predicted, ["negative", "positive"]),
             "threshold": 0.5,
-            "classification": {
-                "accuracy": (tp + int((~predicted & ~positive).sum())) / n,
-                "precision": precision,
-                "recall": recall,
-                "f1": f1,
-            },
+            "classification": {"accuracy": accuracy, "precision": precision, "recall": recall, "f1": f1},
             "roc": {
                 "fpr": fpr[keep].tolist(),
                 "tpr": tpr[keep].tolist(),
@@ -367,10 +358,7 @@ class SentimentTask(Task):
             "histogram": {
                 "title": "P(positive) by actual class",
                 "edges": [i / HISTOGRAM_BINS for i in range(HISTOGRAM_BINS + 1)],
-                "series": [
-                    {"name": "negative", "counts": by_class[0].tolist()},
-                    {"name": "positive", "counts": by_class[1].tolist()},
-                ],
+                "series": [{"name": name, "counts": c.tolist()} for name, c in zip(("negative", "positive"), by_class)],
                 "mean_predicted": [float(m) / c if c else None for m, c in zip(mean_p.tolist(), count.tolist())],
                 "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(), count.tolist())],
             },
