@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.cli.torchrun import usable_cpu_cores
+from core.engine.threads import usable_cpu_cores
 from core.files import read_jsonl
 from tests.listening import listening_addresses
 from tests.waiting import logged, wait_until

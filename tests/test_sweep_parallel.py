@@ -281,7 +281,7 @@ def test_a_missing_accelerator_is_refused_before_the_sweep_starts(tmp_path, caps
 def test_thread_sharing_for_n_trials(monkeypatch):
     from core.engine.threads import choose_threads
 
-    monkeypatch.setattr("core.lab.sweep.parallel.cpu_count", lambda: 8)
+    monkeypatch.setattr("core.lab.sweep.parallel.usable_cpu_cores", lambda: 8)
     env = child_env(2, base={"OMP_NUM_THREADS": "8", "WORLD_SIZE": "4"})
     assert env["LOCAL_WORLD_SIZE"] == "2" and env["OMP_NUM_THREADS"] == "4" and "WORLD_SIZE" not in env
     assert "LOCAL_WORLD_SIZE" not in child_env(1, base={})  # one trial at a time: the machine is its own

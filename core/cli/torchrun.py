@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from core.cli.common import stop_at_end_of_input
 from core.cli.nodes import AUTO_RESUME_ENV, NodePlan, network_env, strip_node_flags
+from core.engine.threads import usable_cpu_cores
 from core.errors import ConfigError
 from core.files import read_jsonl
 
@@ -70,14 +71,6 @@ def torchrun_command(plan: NodePlan, train_argv: list[str], port: int | None = N
         "core.cli.elastic",  # core.cli's commands, torch's deprecation warnings filtered
         *train_argv,
     ]
-
-
-def usable_cpu_cores() -> int:
-    """The cores this process may run on (its affinity mask, e.g. a container's or a batch job's share)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def check_nproc(nproc: int, config: RunConfig) -> None:

@@ -50,12 +50,17 @@ def choose_threads(
     return ThreadChoice(threads, f"threads: {threads} {of} (auto: {why}; set --threads to choose)")
 
 
+def usable_cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, e.g. a container's or a batch job's share)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def machine_facts() -> tuple[int, float | None]:
     """(CPUs this process may run on, 1-minute load average or None)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = usable_cpu_cores()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from core.cli.main import main
-from core.cli.torchrun import torchrun_command, usable_cpu_cores
+from core.cli.torchrun import torchrun_command
+from core.engine.threads import usable_cpu_cores
 from tests.listening import listening_addresses
 from tests.waiting import logged, wait_until
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from core.config import train_command
 from core.engine.folder_control import ControlError, write_request
 from core.engine.follow import MetricsFollower
+from core.engine.threads import usable_cpu_cores
 from core.errors import ConfigError
 from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment, signal_group
 from core.text import first_line
@@ -70,13 +71,6 @@ def device_slots(devices: list[str], parallel: int | None = None) -> list[str]:
     return [devices[i % len(devices)] for i in range(parallel)]
 
 
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def child_env(slots: int, base: dict | None = None) -> dict:
     """A trial process's environment (core.process.child_environment, or `base`): unbuffered output, none of our
     torchrun variables, and LOCAL_WORLD_SIZE so N processes share the cores (a `threads` setting is used as given)."""
@@ -85,7 +79,7 @@ def child_env(slots: int, base: dict | None = None) -> dict:
         env.pop(name, None)
     env["PYTHONUNBUFFERED"] = "1"
     if slots > 1:
-        share = max(1, cpu_count() // slots)
+        share = max(1, usable_cpu_cores() // slots)
         env["LOCAL_WORLD_SIZE"] = str(slots)
         omp = env.get("OMP_NUM_THREADS", "").strip()
         if omp.isdigit() and int(omp) > share:
