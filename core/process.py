@@ -20,6 +20,13 @@ STOP_GRACE_SECONDS = 30.0
 POSIX = os.name == "posix"
 
 
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def exit_process(code: int | None) -> NoReturn:
     """`sys.exit(code)` without the interpreter's last full collections over every object alive (torch's
     included): what exists is frozen first. atexit handlers, flushing and finalizers run as usual."""

@@ -17,12 +17,11 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
 from app.run.handle import RunHandle
 from app.run.jobs import JobRunner
-from core.cli.common import signal_name
 from core.config import train_command
 from core.engine.events import RunEnded, RunStarted, event_or_none
 from core.engine.folder_control import write_request
 from core.engine.follow import MetricsFollower
-from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment
+from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment, signal_name
 
 STDERR_LINES = 40
 FOLLOW_MS = 50  # metrics.jsonl is read this often (a read of the bytes it gained: well under a millisecond)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from core.config import FIELD_SPECS
 from core.errors import AmpConsoleError, ConfigError
+from core.process import signal_name
 
 
 def did_you_mean(word: str, known) -> str:
@@ -79,13 +80,6 @@ def describe_config_error(exc: ConfigError) -> str:
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 STOPPED_EXIT_CODE = 130  # a run stopped by a request that is not a signal (a control request): as Ctrl+C
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def write_stderr_now(text: str) -> None:

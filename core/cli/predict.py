@@ -43,7 +43,8 @@ def register(sub) -> None:
 def cmd_predict(args) -> int:
     """Exit codes: 0 written, 1 the output could not be written (a full disk), 2 bad input, 128 + the signal's
     number when SIGINT, SIGTERM or SIGHUP stopped it (the partial output removed, nothing written)."""
-    from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
+    from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams
+    from core.process import signal_name
     from core.runs.predict_output import WriteFailed
 
     # Any stop signal unwinds the command from wherever it is (a StopBeforeStart raised by the handler), so the

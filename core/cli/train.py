@@ -21,7 +21,6 @@ from core.cli.common import (
     end_with_parent,
     safe_standard_streams,
     seconds,
-    signal_name,
     stop_at_end_of_input,
 )
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
@@ -30,6 +29,7 @@ from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStar
 from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder
+from core.process import signal_name
 from core.text import elapsed, number
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)

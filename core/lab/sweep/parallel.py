@@ -26,7 +26,7 @@ from core.engine.folder_control import ControlError, write_request
 from core.engine.follow import MetricsFollower
 from core.engine.threads import usable_cpu_cores
 from core.errors import ConfigError
-from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment, signal_group
+from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment, signal_group, signal_name
 from core.text import first_line
 
 if TYPE_CHECKING:
@@ -85,13 +85,6 @@ def child_env(slots: int, base: dict | None = None) -> dict:
         if omp.isdigit() and int(omp) > share:
             env["OMP_NUM_THREADS"] = str(share)
     return env
-
-
-def _signal_text(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 @dataclass
@@ -318,7 +311,7 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
     if child.setup_error is not None:
         return "failed", first_line(child.setup_error)
     if code < 0:  # a signal ended it before it could report
-        name = _signal_text(-code)
+        name = signal_name(-code)
         if child.stopping is not None:
             return "stopped", (
                 f"the trial did not stop within {grace:g} s of the stop and was ended ({name}); "
@@ -331,7 +324,7 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
             )
         return "failed", f"the training process crashed ({name}) before it could report"
     if code in (129, 130, 143):  # a signal stopped it (before it started, or without a report)
-        return "stopped", f"the training process was stopped by {_signal_text(code - 128)}"
+        return "stopped", f"the training process was stopped by {signal_name(code - 128)}"
     tail = [line for line in child.stderr_tail if not line.startswith("amp-console: ")] or list(child.stderr_tail)
     if tail:
         return "failed", first_line(tail[-1])
