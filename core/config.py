@@ -435,9 +435,13 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
 
 
 def _range_text(spec: FieldSpec) -> str:
-    """'between 1 and 1,048,576' (never 1.04858e+06); 1e-07 or 0.999 where not whole (asked of bounded fields)."""
-    low, high = (f"{int(v):,}" if float(v).is_integer() else f"{v:g}" for v in (spec.minimum or 0, spec.maximum or 0))
-    return f"between {low} and {high}"
+    """'between 1 and 1,048,576' (never 1.04858e+06); 1e-07 or 0.999 where not whole."""
+    assert spec.minimum is not None and spec.maximum is not None  # only asked of a field with both bounds
+    return f"between {_number(spec.minimum)} and {_number(spec.maximum)}"
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 TENSORBOARD_MISSING = "needs the optional tensorboardX package: pip install 'amp-console[tensorboard]'"

@@ -145,3 +145,14 @@ def test_user_code_opts_in_through_the_task_or_the_model():
     assert compiling.checkpointable_blocks(PlainTask(), nn.Linear(2, 2)) == []
     compiled = torch.compile(model)  # the model's own method is found under a compile (or DDP) wrapper
     assert compiling.checkpointable_blocks(PlainTask(), compiled) == [model.layers[1]]
+
+
+def test_a_block_that_defines_eq_without_hash_is_wrapped_once():
+    class Block(nn.Linear):  # __eq__ without __hash__: unhashable, as a user's module may be
+        def __eq__(self, other):
+            return self is other
+
+    block = Block(4, 4)
+    assert compiling.checkpoint_blocks([block, block]) == 1
+    assert compiling.is_checkpointed(block)
+    assert compiling.checkpoint_blocks([block]) == 0

@@ -345,7 +345,8 @@ def _check_config(state: dict, source: str, bad) -> None:
     from core.errors import ConfigError
     from core.tasks import get_task_class
 
-    config, saved = state["config"], None
+    config = state["config"]
+    saved = None
     if not isinstance(config, dict):
         raise bad("config", "a dict of settings", config)
     try:

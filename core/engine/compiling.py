@@ -106,10 +106,12 @@ class _Checkpointed:
 
 def checkpoint_blocks(blocks: list[nn.Module]) -> int:
     """Wrap each block's forward in place; how many were wrapped now (one wrapped before is left as it is)."""
-    fresh = [block for block in dict.fromkeys(blocks) if not is_checkpointed(block)]
-    for block in fresh:
-        block.forward = _Checkpointed(block, block.forward)
-    return len(fresh)
+    wrapped = 0
+    for block in blocks:  # by identity: a user's block may be unhashable
+        if not is_checkpointed(block):
+            block.forward = _Checkpointed(block, block.forward)
+            wrapped += 1
+    return wrapped
 
 
 def is_checkpointed(block: nn.Module) -> bool:

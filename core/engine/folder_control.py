@@ -168,17 +168,20 @@ class FolderControl:
             return None
         if record.get("verb") != verb:
             return self._answer(seq, verb, name, False, "refused: the file's verb differs from its name", ".refused")
-        control, stopping = self.control, self.control.stop_requested
-        if stopping and verb != "stop":
+        control = self.control
+        if verb == "stop":
+            if control.stop_requested:
+                return self._answer(seq, verb, name, True, "already stopping")
+            return self._answer(seq, verb, name, True, "stopping after the current step", apply=control.stop)
+        if control.stop_requested:
             return self._answer(seq, verb, name, False, "the run is stopping")
-        done, done_note, note, apply = {  # done already: acknowledged, nothing to apply
-            "stop": (stopping, "already stopping", "stopping after the current step", control.stop),
-            "pause": (control.paused, "already paused", "pausing after the current step", control.pause),
-            "resume": (not control.paused, "not paused", "resuming", control.resume),
-        }[verb]
-        if done:
-            return self._answer(seq, verb, name, verb == "stop", done_note)
-        return self._answer(seq, verb, name, True, note, apply=apply)
+        if verb == "pause":
+            if control.paused:
+                return self._answer(seq, verb, name, False, "already paused")
+            return self._answer(seq, verb, name, True, "pausing after the current step", apply=control.pause)
+        if not control.paused:
+            return self._answer(seq, verb, name, False, "not paused")
+        return self._answer(seq, verb, name, True, "resuming", apply=control.resume)
 
     def _answer(
         self,

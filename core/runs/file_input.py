@@ -157,7 +157,12 @@ class InputReader:
                 )
 
     def __iter__(self):
-        return (self._json_batches if self.json else self._parquet_batches if self.parquet else self._csv_batches)()
+        if self.json:
+            yield from self._json_batches()
+        elif self.parquet:
+            yield from self._parquet_batches()
+        else:
+            yield from self._csv_batches()
 
     def _json_lines(self):
         """(line number, its object or the reason it is none) of each line that is not blank."""
