@@ -165,14 +165,15 @@ def requeue_if_warned(signum: int | None, code: int) -> int:
         or os.environ.get("SLURM_PROCID", "0") not in ("", "0")
     ):
         return code
+    failed: str | None
     try:
         done = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         failed = str(exc)
     else:
         said = (done.stderr or done.stdout).strip().splitlines()
-        failed = (said[0] if said else str(done.returncode)) if done.returncode else ""
-    if failed:
+        failed = (said[0] if said else str(done.returncode)) if done.returncode else None
+    if failed is not None:
         sys.stderr.write(
             f"amp-console: could not requeue SLURM job {job} (scontrol: {failed}); resubmit the script: the run "
             "resumes from its checkpoint\n"

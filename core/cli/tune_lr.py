@@ -39,20 +39,30 @@ def register(sub) -> None:
     _common(p)
     p.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
     p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), help="optimizer to test with (default: the task's)")
-    for flag, kind, default, help_text in (
-        ("--start-lr", float, DEFAULT_START_LR, "first learning rate"),
-        ("--end-lr", float, DEFAULT_END_LR, "last learning rate"),
-        ("--steps", int, DEFAULT_STEPS, "optimizer steps over the range, spaced evenly in log(lr)"),
-        (
-            "--diverge-factor",
-            float,
-            DEFAULT_DIVERGE_FACTOR,
-            "stop when the smoothed loss exceeds this many times its best",
-        ),
-        ("--smoothing", float, DEFAULT_SMOOTHING, "EMA weight of the newest loss, 1 - beta"),
-    ):
-        more = "; fastai's beta 0.98 is 0.02" if flag == "--smoothing" else ""
-        p.add_argument(flag, type=kind, default=default, help=f"{help_text} (default {default:g}{more})")
+    p.add_argument(
+        "--start-lr", type=float, default=DEFAULT_START_LR, help=f"first learning rate (default {DEFAULT_START_LR:g})"
+    )
+    p.add_argument(
+        "--end-lr", type=float, default=DEFAULT_END_LR, help=f"last learning rate (default {DEFAULT_END_LR:g})"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help=f"optimizer steps over the range, spaced evenly in log(lr) (default {DEFAULT_STEPS})",
+    )
+    p.add_argument(
+        "--diverge-factor",
+        type=float,
+        default=DEFAULT_DIVERGE_FACTOR,
+        help=f"stop when the smoothed loss exceeds this many times its best (default {DEFAULT_DIVERGE_FACTOR:g})",
+    )
+    p.add_argument(
+        "--smoothing",
+        type=float,
+        default=DEFAULT_SMOOTHING,
+        help=f"EMA weight of the newest loss, 1 - beta (default {DEFAULT_SMOOTHING:g}; fastai's beta 0.98 is 0.02)",
+    )
     p.add_argument(
         "--method", default="valley", choices=METHODS, help="how to pick the suggestion from the curve (default valley)"
     )

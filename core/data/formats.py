@@ -125,12 +125,18 @@ def is_utf8_error(exc: Exception) -> bool:
 
 def not_utf8(file: Path) -> DataError:
     """The error for a file that is not UTF-8, naming the first bad byte (error path: reads the file again)."""
+    line, size, carry = 1, 1 << 24, b""
     with open(file, "rb") as handle:
-        for line, block in line_blocks(handle, 1 << 24):
+        while chunk := handle.read(size):
+            data = carry + chunk
             try:
-                block.decode("utf-8")
+                data.decode("utf-8")
             except UnicodeDecodeError as exc:
-                return DataError(f"{file}: {_position(block, exc.start, line)}: text is not valid UTF-8")
+                if exc.start < len(data) - 4 or len(chunk) < size:  # not a character cut by the chunk
+                    return DataError(f"{file}: {_position(data, exc.start, line)}: text is not valid UTF-8")
+            cut = data.rfind(b"\n") + 1
+            line += data.count(b"\n", 0, cut)
+            carry = data[cut:]
     return DataError(f"{file}: somewhere: text is not valid UTF-8")
 
 

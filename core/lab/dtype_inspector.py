@@ -87,20 +87,24 @@ _NO_LOWER_PATH = {"embedding", "embedding_bag", "dropout"}
 _NO_LOWER_PATH_MODULES = {"Embedding", "EmbeddingBag", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
 # An op's name in the op reference -> the aten ops the recorder sees for it.
 _ATEN_OPS = {
-    "layer_norm": "native_layer_norm",
-    "softmax": "_softmax _safe_softmax",
-    "log_softmax": "_log_softmax",
-    "nll_loss": "nll_loss_forward",
-    "nll_loss2d": "nll_loss2d_forward",
-    "dropout": "native_dropout bernoulli_ bernoulli",
-    "embedding_bag": "_embedding_bag _embedding_bag_forward_only",
-    "group_norm": "native_group_norm",
-    "rms_norm": "_fused_rms_norm",
-    "to": "_to_copy",
-    "scaled_dot_product_attention": "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu "
-    "_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention",
+    "layer_norm": ("native_layer_norm",),
+    "softmax": ("_softmax", "_safe_softmax"),
+    "log_softmax": ("_log_softmax",),
+    "nll_loss": ("nll_loss_forward",),
+    "nll_loss2d": ("nll_loss2d_forward",),
+    "dropout": ("native_dropout", "bernoulli_", "bernoulli"),
+    "embedding_bag": ("_embedding_bag", "_embedding_bag_forward_only"),
+    "group_norm": ("native_group_norm",),
+    "rms_norm": ("_fused_rms_norm",),
+    "to": ("_to_copy",),
+    "scaled_dot_product_attention": (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    ),
 }
-_REFERENCE_NAME = {op: name for name, ops in _ATEN_OPS.items() for op in ops.split()}  # aten op -> reference name
+_REFERENCE_NAME = {op: name for name, ops in _ATEN_OPS.items() for op in ops}  # aten op -> reference name
 _FACTORY_OPS = _ops(
     "zeros ones full full_like scalar_tensor arange empty rand randn randint new_full new_ones eye linspace"
 )

@@ -301,9 +301,10 @@ def find_lr(
 
     # Constant schedule (the lr is set per step). Eager even when config.compile is on: compiling takes longer than
     # the test, and the curve is the same.
-    cfg, info, plan, setup_seconds, own, (lrs, losses, skipped_lrs, stopped, steps_run) = on_throwaway_trainer(
+    cfg, info, plan, setup_seconds, own, curve = on_throwaway_trainer(
         config, "amp-lr-find-", test, devices, control, schedule="constant", max_steps=steps, compile=False
     )
+    lrs, losses, skipped_lrs, stopped, steps_run = curve
     smoothed = smooth_losses(losses, smoothing)
     picks = suggestions(lrs, losses, smoothed)
     best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else None

@@ -94,9 +94,12 @@ def step_sums(trainer):
 def step_positions(trainer) -> Iterator[tuple[Any, int]]:
     """(order, index) of a set-up trainer's optimizer steps over its current batches, epoch after epoch."""
     batches = trainer.batches
+    per_epoch = batches.batches_per_epoch // trainer.cfg.grad_accum
+    if per_epoch < 1:
+        raise ValueError(f"{batches.batches_per_epoch} batches per epoch make no step of {trainer.cfg.grad_accum}")
     for epoch in itertools.count():
         order = batches.order(epoch)
-        for index in range(batches.batches_per_epoch // trainer.cfg.grad_accum):
+        for index in range(per_epoch):
             yield order, index
 
 
