@@ -213,7 +213,7 @@ class FileActions:
         )
 
     def export(self, source: str, destination: str, fmt: str | None = None) -> None:
-        """Off the GUI thread, in a child process (core.runs.predictor_child.call_once, time-limited): <destination>.pt,
+        """Off the GUI thread, a task file's in a child process (core.runs.predictor_child.call_once, time-limited): <destination>.pt,
         .safetensors and .json (export_checkpoint), or with `fmt` the serving folder `destination` (core.runs.export,
         verified: its line has the max abs difference); what was written goes to the status bar and the log."""
         from core.runs.predictor_child import call_once

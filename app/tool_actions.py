@@ -141,7 +141,10 @@ class ToolActions:
 
     def show_for_field(self, field: str) -> None:
         """A field's Find… button: the LR finder beside the learning rate, the batch finder beside the batch."""
-        {"lr": self.show_lr_finder, "batch_size": self.show_batch_finder}.get(field, lambda: None)()
+        if field == "lr":
+            self.show_lr_finder()
+        elif field == "batch_size":
+            self.show_batch_finder()
 
     def _fill_field(self, field: str, value, what: str) -> None:
         if self.window.controller.running:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QWidget
 
-from app.panels.editors import vbox
+from app.panels.editors import box_layout
 from app.plot_title import FittedTitle
 
 BAR_COLOURS = {
@@ -35,7 +35,7 @@ class BarChart(QWidget):
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
         self.plot.setMinimumHeight(200)
-        vbox(self, self.plot)
+        box_layout(self, self.plot)
         self.title = FittedTitle(self.plot, title)  # elided to the chart's width, whole in its tooltip
         self._items: list = []
         self.values: list[float] = []

@@ -8,7 +8,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QLabel, QListWidget, QListWidgetItem, QToolButton
 
 from app.assets import icon, restyle
-from app.panels.editors import hbox, vbox
+from app.panels.editors import box_layout, hbox
 from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
@@ -90,7 +90,7 @@ class DevicesPanel(QGroupBox):
         self.hostProblem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.hostProblem.hide()
         buttons = hbox((self.summary, 1), self.addHostButton, self.removeHostButton, self.refreshButton)
-        vbox(self, buttons, self.list, self.hostProblem, margins=True)
+        box_layout(self, buttons, self.list, self.hostProblem, margins=True)
 
     @property
     def devices(self) -> list:

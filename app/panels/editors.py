@@ -60,10 +60,10 @@ def mark_choices(combo: QComboBox, why_not) -> None:
 
 
 def _fill(box: Box, items) -> Box:
-    """`items` into `box`: a widget or layout, a tuple as addWidget (addLayout) takes it, None a stretch."""
+    """`items` into `box`: a widget or layout, a tuple as addWidget (addLayout) takes it, None or an int a stretch."""
     for item in items:
-        if item is None:
-            box.addStretch(1)
+        if item is None or isinstance(item, int):
+            box.addStretch(1 if item is None else item)
         else:
             item = item if isinstance(item, tuple) else (item,)
             (box.addLayout if isinstance(item[0], QLayout) else box.addWidget)(*item)
@@ -75,9 +75,10 @@ def hbox(*items) -> QHBoxLayout:
     return _fill(QHBoxLayout(), items)
 
 
-def vbox(parent: QWidget, *items, margins: bool = False) -> QVBoxLayout:
-    """`parent`'s layout: `items` (as hbox takes them, a layout too) one under another, without margins unless asked."""
-    box = QVBoxLayout(parent)
+def box_layout(parent: QWidget | None, *items, horizontal: bool = False, margins: bool = False) -> Box:
+    """`parent`'s layout (None: one to nest): `items` (as hbox takes them) one under another, or side by side when
+    `horizontal`, without margins unless asked."""
+    box = (QHBoxLayout if horizontal else QVBoxLayout)(parent)
     if not margins:
         box.setContentsMargins(0, 0, 0, 0)
     return _fill(box, items)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.panels.editors import vbox
+from app.panels.editors import box_layout
 from app.panels.evaluation_limits import BoundedReport, as_dict, as_list, bounded_report, finite, short_text
 from app.plot_legend import row_legend
 from core.text import printable
@@ -117,7 +117,7 @@ class EvaluationView(QWidget):
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setColumnStretch(0, 1)
         self.grid.setColumnStretch(1, 1)
-        vbox(self, self.headline, self.message, self.leftOut, (self.body, 1), margins=True)
+        box_layout(self, self.headline, self.message, self.leftOut, (self.body, 1), margins=True)
         self.sections: list[str] = []
         self.problems: list[str] = []
         self.plots: dict = {}

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels import history_scan
-from app.panels.editors import hbox, vbox
+from app.panels.editors import box_layout, hbox
 from app.panels.history_scan import Prepared, prepare
 from app.panels.remote_history import RemoteHistory
 from app.panels.run_compare import RunCompare, grow_on_screen
@@ -111,8 +111,11 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
         self.rootLabel = QLabel(objectName="historyRootLabel")
         self.rootLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        tip = "Move the runs root: where new runs without an output folder go and what this list shows (the CLI uses "
-        self.rootButton = self._button("Change…", "Root", self.choose_root, f"{tip}--runs-dir or ${RUNS_DIR_ENV})")
+        tip = (
+            "Move the runs root: where new runs without an output folder go and what this list shows "
+            f"(the CLI uses --runs-dir or ${RUNS_DIR_ENV})"
+        )
+        self.rootButton = self._button("Change…", "Root", self.choose_root, tip)
         default = runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else "your data folder"
         tip = f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}"
         self.rootDefaultButton = self._button("Default", "RootDefault", lambda: self.rootChosen.emit(""), tip)
@@ -202,13 +205,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.compareView.hide()
         upper = QWidget(objectName="historyUpper")
         self.evaluationLine = EvaluationLine(self)
-        vbox(upper, (self.table, 1), note_row, self.evaluationLine, actions)
+        box_layout(upper, (self.table, 1), note_row, self.evaluationLine, actions)
         self.splitter = QSplitter(Qt.Orientation.Vertical, objectName="historySplitter")
         self.splitter.setChildrenCollapsible(False)
         self.splitter.addWidget(upper)
         self.splitter.addWidget(self.compareView)
         self.statusLabel = QLabel(objectName="historyStatusLabel")
-        vbox(self, root_row, top, (self.splitter, 1), self.statusLabel, margins=True)
+        box_layout(self, root_row, top, (self.splitter, 1), self.statusLabel, margins=True)
         self._update_buttons()
 
     # ------------------------------------------------------------------ scanning

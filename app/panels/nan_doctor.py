@@ -10,7 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton
 
 from app.assets import restyle
-from app.panels.editors import vbox
+from app.panels.editors import box_layout
 
 
 class FixesPanel(QFrame):
@@ -24,7 +24,7 @@ class FixesPanel(QFrame):
         self.hint = restyle(QLabel(objectName="fixesHint", wordWrap=True), role="hint")
         self.dismiss = QPushButton("Dismiss", objectName="fixesDismissButton", clicked=self.hide)
         self.buttons: list[QPushButton] = []
-        vbox(self, self.title, self.hint, self.dismiss, margins=True)
+        box_layout(self, self.title, self.hint, self.dismiss, margins=True)
         self.hide()
 
     def show_fixes(self, ended) -> None:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.panels.editors import hbox, vbox
+from app.panels.editors import box_layout, hbox
 from app.run.jobs import BackgroundJob
 from core.config import RunConfig
 from core.errors import AmpConsoleError
@@ -80,7 +80,7 @@ class QueuePanel(QWidget):
             self.buttons[name] = QPushButton(text, objectName=f"queue{name[0].upper()}{name[1:]}Button", clicked=slot)
         self.buttons["addTasks"].setToolTip("One entry per Task class of a task file, at the task's defaults")
         *edits, start, stop = self.buttons.values()  # Start and Stop at the right
-        vbox(self, (self.table, 1), self.statusLabel, hbox(*edits, None, start, stop), margins=True)
+        box_layout(self, (self.table, 1), self.statusLabel, hbox(*edits, None, start, stop), margins=True)
         self._timer = QTimer(self, interval=1000)  # another console's runner (`queue start`) changes it too
         self._timer.timeout.connect(self.refresh)
         self._timer.start()

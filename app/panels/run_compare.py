@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.panels.editors import hbox, vbox
+from app.panels.editors import box_layout, hbox
 from core.runs.compare import CompareRow, compare_rows
 
 DIFFERS_MARK = "≠ "  # before a differing row's name: the highlight is not colour alone
@@ -68,7 +68,7 @@ class RunCompare(QWidget):
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        vbox(self, top, (self.table, 1))
+        box_layout(self, top, (self.table, 1))
 
     def set_runs(self, runs: list[dict]) -> None:
         self.runs = list(runs)

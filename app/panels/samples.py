@@ -8,7 +8,7 @@ import re
 
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
-from app.panels.editors import vbox
+from app.panels.editors import box_layout
 from core.engine.events import RunStarted, Samples, event_or_none
 
 COLUMNS = ("Input", "Answer", "Previous")
@@ -33,7 +33,7 @@ class SamplesPanel(QWidget):
         self.table.setWordWrap(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        vbox(self, self.title, (self.table, 1))
+        box_layout(self, self.title, (self.table, 1))
         self.setMinimumWidth(MIN_WIDTH)
         self.steps: list[Samples] = []  # newest first
         self.start_step = 0  # the run's first step (a resumed run's earlier samples are those up to it)

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.panels.editors import format_number, vbox
+from app.panels.editors import box_layout, format_number
 from app.run.jobs import BackgroundJob
 from core.precision_modes import PRECISION_MODES
 
@@ -31,7 +31,7 @@ ERROR_COLOUR = "#d0453c"
 def titled(title: str, widget: QWidget) -> QWidget:
     """`widget` under a bold `title`, margins off: one side of a splitter."""
     holder = QWidget()
-    vbox(holder, QLabel(f"<b>{title}</b>"), widget)
+    box_layout(holder, QLabel(f"<b>{title}</b>"), widget)
     return holder
 
 

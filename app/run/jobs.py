@@ -24,7 +24,10 @@ from core.errors import AmpConsoleError
 def disconnect(signal, slot=None) -> None:
     """`signal` from `slot` (None: from everything), quietly when not connected or its sender is gone."""
     with contextlib.suppress(RuntimeError, TypeError):
-        signal.disconnect() if slot is None else signal.disconnect(slot)
+        if slot is None:
+            signal.disconnect()
+        else:
+            signal.disconnect(slot)
 
 
 def _reap(runner: weakref.ref, job: BackgroundJob) -> None:

@@ -6,14 +6,13 @@ running it; nothing is loaded because a run folder or a checkpoint names it.
 from __future__ import annotations
 
 import contextlib
-import copy
 import difflib
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
-from core.tasks.options import TASK_ATTRIBUTES, TaskInfo
+from core.tasks.options import TaskInfo
 
 if TYPE_CHECKING:
     from core.tasks.base import Task
@@ -60,9 +59,15 @@ def predict_options() -> list:
 
 def class_info(cls: type[Task]) -> TaskInfo:
     """What the catalog says of a task class (a task file's stand-in included)."""
-    values = {name: copy.copy(getattr(cls, name)) for name in TASK_ATTRIBUTES}
     return TaskInfo(
-        **values | {"options": tuple(cls.options)},
+        name=cls.name,
+        description=cls.description,
+        options=tuple(cls.options),
+        defaults=dict(cls.defaults),
+        primary_metric=cls.primary_metric,
+        tokens_key=cls.tokens_key,
+        synthetic_file=cls.synthetic_file,
+        saved_defaults=dict(cls.saved_defaults),
         own_optimizer=getattr(cls, "configure_optimizers", None) is not None
         or "configure_optimizers" in getattr(cls, "capabilities", ()),  # a task file's stand-in says so
     )

@@ -22,10 +22,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.panels.editors import box_layout
 from app.panels.preview.evaluation_tab import EvaluationTab
 from app.panels.preview.pages import PAGES, Page, page_class
 from app.panels.preview.queue import PredictionQueue
-from app.panels.preview.widgets import box_layout, coloured, fmt, refill
+from app.panels.preview.widgets import coloured, fmt, refill
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.run.jobs import JobRunner
 

@@ -13,7 +13,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QWidget
 
-from app.panels.preview.widgets import box_layout
+from app.panels.editors import box_layout
 
 SUPERSAMPLE = 6  # ink cells to a pixel, a side
 # The brush inks fully within BRUSH_CORE pixels of the pointer and fades to nothing over BRUSH_EDGE more: a

@@ -8,7 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QScrollArea, QWidget
 
-from app.panels.preview.widgets import MUTED_COLOUR, box_layout, coloured
+from app.panels.editors import box_layout
+from app.panels.preview.widgets import MUTED_COLOUR, coloured
 from app.run.jobs import BackgroundJob, JobRunner
 from core.text import printable
 

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.editors import box_layout
 from app.panels.preview.widgets import (
     DOWN_COLOUR,
     MUTED_COLOUR,
@@ -28,7 +29,6 @@ from app.panels.preview.widgets import (
     RankedListView,
     ScoreView,
     ValuesView,
-    box_layout,
     brush,
     clear_grid,
     coloured,

@@ -10,14 +10,12 @@ from PySide6.QtWidgets import (
     QComboBox,
     QCompleter,
     QGridLayout,
-    QHBoxLayout,
     QLabel,
-    QLayout,
     QProgressBar,
-    QVBoxLayout,
     QWidget,
 )
 
+from app.panels.editors import box_layout
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.panels.tuning import NumericItem, make_table
 
@@ -49,23 +47,6 @@ def fmt(value) -> str:
 
 def coloured(text: str, colour: str) -> str:
     return f"<span style='color:{colour}'>{text}</span>"
-
-
-def box_layout(parent, *items, horizontal: bool = False) -> QVBoxLayout | QHBoxLayout:
-    """A margin-less box layout (on `parent`, a widget or None) of `items` in order: a widget or layout, a tuple
-    (one with its stretch and alignment), an int (a stretch); None is left out."""
-    layout = (QHBoxLayout if horizontal else QVBoxLayout)(parent)
-    layout.setContentsMargins(0, 0, 0, 0)
-    for item in items:
-        if item is None:
-            continue
-        if isinstance(item, int):
-            layout.addStretch(item)
-            continue
-        first, *rest = item if isinstance(item, tuple) else (item,)
-        add = layout.addLayout if isinstance(first, QLayout) else layout.addWidget
-        add(first, *rest)
-    return layout
 
 
 def refill(combo: QComboBox, texts) -> None:

@@ -40,7 +40,8 @@ class RankingServing(nn.Module):
         self.onnx_friendly = onnx_friendly
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        y = self.model.norm(features.float(), portable=self.onnx_friendly)
+        norm = self.model.norm
+        y = norm(features.float(), portable=True) if self.onnx_friendly else norm(features.float())
         dtype = self.model.net[0].weight.dtype
         return self.model.net(y.to(dtype)).squeeze(-1).float()
 

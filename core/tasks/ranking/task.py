@@ -346,7 +346,7 @@ class RankingTask(Task):
 
         return RankingTaskServing
 
-    ranking_arrays = staticmethod(ranking_arrays)  # for the serving part
+    ranking_arrays = staticmethod(ranking_arrays)  # serving.py reaches it here: importing this module is a circle
 
     def example_table(self, data_path: str):
         """The table the preview's example queries come from: the given test (else validation) split, or the

@@ -342,7 +342,7 @@ class RecommenderTask(Task):
             "users_evaluated": int(val["target"].shape[0]),
             "interactions": int(interactions),
         }
-        return TaskData(train, val, test, info, ceiling, baseline, vocabulary, notes)
+        return TaskData(train, val, test, info, ceiling=ceiling, baseline=baseline, vocabulary=vocabulary, notes=notes)
 
     def settled_options(self, info: dict) -> dict:
         """loss=auto as the loss it chose for this catalogue (the run's config records it; see Task)."""

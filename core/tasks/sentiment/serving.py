@@ -26,7 +26,8 @@ class SentimentServing(nn.Module):
         self.onnx_friendly = onnx_friendly
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.model(tokens, portable=self.onnx_friendly).float(), dim=-1)[:, 1]
+        logits = self.model(tokens, portable=True) if self.onnx_friendly else self.model(tokens)
+        return torch.softmax(logits.float(), dim=-1)[:, 1]
 
 
 TOKENIZER_RECIPE = (
