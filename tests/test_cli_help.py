@@ -52,3 +52,16 @@ def test_did_you_mean(capsys, argv, suggestion):
 def test_no_suggestion_for_nothing_close(capsys):
     code, _, err = _run(capsys, "train", "--zzzzzzzz")
     assert code == 2 and "did you mean" not in err
+
+
+@pytest.mark.parametrize("command", [["lr-find"], ["summary"], ["inspect"]])
+def test_the_lab_commands_take_every_precision_and_optimizer_a_run_takes(command):
+    from core.config import FIELD_SPECS
+
+    parser = build_parser(command[0])
+    for mode in FIELD_SPECS["precision"].choices:
+        if command != ["summary"]:
+            assert parser.parse_args([*command, "--precision", mode]).precision == mode
+    for name in FIELD_SPECS["optimizer"].choices:
+        if command != ["inspect"]:
+            assert parser.parse_args([*command, "--optimizer", name]).optimizer == name

@@ -11,7 +11,7 @@ import time
 
 from core.cli import format as fmt
 from core.cli.common import add_option_flag, flag_name
-from core.config import COMPILE_MODES, RunConfig
+from core.config import COMPILE_MODES, FIELD_SPECS, RunConfig
 from core.errors import ConfigError
 from core.precision_modes import FP8_RECIPES, PRECISION_MODES
 
@@ -81,7 +81,7 @@ def register(sub) -> None:
         "left an op in float32.",
     )
     _common(inspect)
-    inspect.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
+    add_mode_flags(inspect)
     inspect.set_defaults(handler=cmd_inspect)
 
 
@@ -99,6 +99,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     add_option_flag(parser, "hidden=256")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+
+
+def add_mode_flags(parser: argparse.ArgumentParser, optimizer_help: str | None = None) -> None:
+    """--precision (default auto) and, with `optimizer_help`, --optimizer (default: the task's), as RunConfig has them."""
+    modes = FIELD_SPECS["precision"].choices or ()
+    parser.add_argument("--precision", default="auto", choices=modes, help=f"{', '.join(modes)} (default auto)")
+    if optimizer_help:
+        parser.add_argument("--optimizer", choices=FIELD_SPECS["optimizer"].choices, help=optimizer_help)
 
 
 def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> RunConfig:

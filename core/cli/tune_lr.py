@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from core.cli import format as fmt
-from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error
+from core.cli.lab import ProgressLines, _common, add_mode_flags, config_from_lab_args, flag_error
 from core.errors import ConfigError
 from core.lab.lr_finder import (
     DEFAULT_DIVERGE_FACTOR,
@@ -37,8 +37,7 @@ def register(sub) -> None:
         "suggestion, 1 when the curve gives none, 2 for bad input.",
     )
     _common(p)
-    p.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
-    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), help="optimizer to test with (default: the task's)")
+    add_mode_flags(p, "optimizer to test with (default: the task's)")
     p.add_argument(
         "--start-lr", type=float, default=DEFAULT_START_LR, help=f"first learning rate (default {DEFAULT_START_LR:g})"
     )

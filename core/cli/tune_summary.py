@@ -9,6 +9,7 @@ import json
 
 from core.cli import format as fmt
 from core.cli.lab import _common, add_precisions_flag, config_from_lab_args, parse_modes
+from core.config import FIELD_SPECS
 from core.errors import ConfigError
 
 DEFAULT_PRECISIONS = "fp32,bf16,fp16"
@@ -37,7 +38,9 @@ def register(sub) -> None:
         help="layers shown down to this depth (default 2; 0 = the model only); a row includes the children left out",
     )
     summary.add_argument(
-        "--optimizer", choices=("sgd", "adam", "adamw"), help="optimizer whose state is counted (default: the task's)"
+        "--optimizer",
+        choices=FIELD_SPECS["optimizer"].choices,
+        help="optimizer whose state is counted (default: the task's)",
     )
     summary.set_defaults(handler=cmd_summary)
 
