@@ -365,3 +365,19 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
     rows = list(csv.DictReader(exported.splitlines()))
     assert code == 0 and rows and all(r["loss"] for r in rows if r["lr"]), err
     assert int(rows[-1]["step"]) == saved + 5
+
+
+def test_export_keeps_only_what_a_resume_did_not_replace(tmp_path):
+    from core.cli.runs import export_rows
+
+    records = [
+        {"event": "RunStarted", "start_step": 0},
+        *({"event": "StepMetrics", "step": s, "epoch": 1, "loss": 1.0} for s in (10, 20, 30)),
+        {"event": "EvalMetrics", "step": 30, "split": "val", "metrics": {"accuracy": 0.5}},
+        {"event": "RunStarted", "start_step": 10},  # killed after 30, resumed from the checkpoint at 10
+        {"event": "StepMetrics", "step": 20, "epoch": 1, "loss": 0.5},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, rows = export_rows(tmp_path)
+    assert [(r["step"], r["loss"]) for r in rows] == [(10, 1.0), (20, 0.5)]
+    assert all("val_accuracy" not in r for r in rows)

@@ -288,6 +288,9 @@ def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
     extra: dict[str, None] = {}  # the further columns, in the order they first appear
     for record in read_jsonl(folder / METRICS_FILE):
         kind = record.get("event")
+        if kind == "RunStarted" and isinstance(record.get("start_step"), int):  # a resume replaces what came after
+            by_step = {s: row for s, row in by_step.items() if s is None or s <= record["start_step"]}
+            continue
         if kind == "StepMetrics":
             values = {key: record[key] for key in STEP_FIELDS if record.get(key) is not None}
         elif kind == "EvalMetrics":
