@@ -121,7 +121,9 @@ def measure_mode(
 
         def window_done(window: int, seconds: float, _readout) -> None:
             if window >= warmup_windows:
-                row.memory_windows.append(memory_in_use(trainer.device))
+                in_use = meter.in_use()
+                if in_use is not None:
+                    row.memory_windows.append(in_use)
             if on_window:
                 on_window("window", window, windows, window * steps, total, 1000.0 * seconds, threads)
 
@@ -144,15 +146,6 @@ def measure_mode(
 
     # One step more than the windows: the scheduler plans the run the windows are part of.
     return on_throwaway_trainer(config, "amp-sweep-", measure, devices, precision=mode, max_steps=total + 1)
-
-
-def memory_in_use(device: torch.device) -> int:
-    """Bytes in use now: the allocator's on CUDA, the process's RSS elsewhere."""
-    if device.type == "cuda":
-        return torch.cuda.memory_allocated(device)
-    import psutil
-
-    return psutil.Process().memory_info().rss
 
 
 def memory_growth(samples: list[int], steps: int) -> float | None:
