@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from core.text import first_line, size
+from core.text import first_line, printable, size
 
 try:
     import fcntl
@@ -468,3 +468,15 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
 
 def _short_name(text: str, keep: int = 60) -> str:
     return text if len(text) <= keep else f"{text[: keep // 2]}...{text[-keep // 2 :]}"
+
+
+def log_tail(path: Path) -> str:
+    """The last meaningful line of a log (a run's one-line error, when setup failed); "" when none or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not set(line.strip()) <= {"*"}]
+    return printable(first_line(lines[-1])) if lines else ""

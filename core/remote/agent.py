@@ -21,8 +21,8 @@ from typing import BinaryIO
 from core import __version__
 from core.devices import FP8_EMULATE_ENV
 from core.errors import AmpConsoleError
-from core.files import UnreadableFile, atomic_open, open_regular_no_link, parse_json, shown_path
-from core.text import first_line, printable
+from core.files import UnreadableFile, atomic_open, log_tail, open_regular_no_link, parse_json, shown_path
+from core.text import printable
 
 PROTOCOL = 1
 HEARTBEAT_SECONDS = 2.0  # `follow` says `#offset N` this often when the run writes nothing (a paused run)
@@ -253,18 +253,6 @@ def _new_folder(base: Path) -> Path:
         except FileExistsError:
             continue
     raise AgentError(f"no free run folder beside {shown_path(base)}")
-
-
-def log_tail(path: Path) -> str:
-    """The last meaningful line of a run's train.log (its one-line error, when setup failed)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 8192))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not set(line.strip()) <= {"*"}]
-    return printable(first_line(lines[-1])) if lines else ""
 
 
 # ----------------------------------------------------------------------------------------------- follow

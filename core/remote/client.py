@@ -21,8 +21,9 @@ from core.engine.events import ControlAcknowledged, event_or_none
 from core.engine.folder_control import ControlRequest, ControlResult
 from core.engine.follow import FollowLine
 from core.errors import ConfigError
+from core.files import log_tail
 from core.remote import ssh
-from core.remote.agent import FILE_FIELDS, LOG_FILE, AgentError, find_run_folder, log_tail, sha256_of
+from core.remote.agent import FILE_FIELDS, LOG_FILE, AgentError, find_run_folder, sha256_of
 from core.remote.ssh import Host, RemoteError
 from core.text import printable
 

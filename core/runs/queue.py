@@ -22,7 +22,7 @@ from core.engine.folder_control import ControlError, write_request
 from core.engine.run_folder import CHECKPOINT_FILE, is_in_use
 from core.engine.run_record import load_record, new_id, now_iso, runs_root
 from core.errors import AmpConsoleError, ConfigError
-from core.files import UnreadableFile, atomic_write_bytes, read_json_record, try_lock
+from core.files import UnreadableFile, atomic_write_bytes, log_tail, read_json_record, try_lock
 from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment
 from core.text import first_line
 
@@ -252,7 +252,7 @@ class QueueRunner:
         for stream in (proc.stdin, proc.stdout):
             stream.close()  # type: ignore[union-attr]
         setup = next((line["setup_error"] for line in lines if "setup_error" in line), "")
-        reason = setup or _last_line(log_path) or f"the training process ended with exit code {proc.returncode}"
+        reason = setup or log_tail(log_path) or f"the training process ended with exit code {proc.returncode}"
         state, result = outcome(load_record(folder) if folder else None, reason)
         self._change(entry["id"], state=state, result=result, ended=now_iso())
 
@@ -276,12 +276,3 @@ def _json_lines(stream, found: list) -> None:
         with contextlib.suppress(ValueError):
             if line.startswith("{") and isinstance(value := json.loads(line), dict):
                 found.append(value)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        text = path.read_bytes()[-4096:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return first_line(lines[-1]) if lines else ""
