@@ -277,8 +277,9 @@ def _export_weights(checkpoint: Path, out: Path, dtype: str, say, began: float) 
         fresh = task.build_model(state.get("data_info") or {})
         load_model_state(fresh, load_file(str(staging / MODEL_FILES["safetensors"])), MODEL_FILES["safetensors"])
         expected = model.state_dict()
-        diff = max((_max_abs(v, expected[k]) for k, v in fresh.state_dict().items()), default=0.0)
-        if diff != 0.0:  # NaN included
+        diffs = [_max_abs(v, expected[k]) for k, v in fresh.state_dict().items()]
+        diff = max(diffs, key=lambda d: (d != d, d), default=0.0)  # a NaN first: max() alone may pass over it
+        if diff != 0.0:
             raise CheckpointError(f"{checkpoint}: the written weights differ from the checkpoint's by {diff:.2e}")
         size = (staging / MODEL_FILES["safetensors"]).stat().st_size
     say(f"verified: {len(expected)} tensors reloaded from {MODEL_FILES['safetensors']}, max abs difference 0")
