@@ -591,22 +591,3 @@ def test_a_nan_metric_is_null_in_a_strict_json_manifest(runs, tmp_path, monkeypa
     manifest = json.loads((tmp_path / "e" / "manifest.json").read_text(), parse_constant=refuse)
     assert manifest["metrics"]["roc_auc"] is None and manifest["metrics"]["best"] is None
     assert isinstance(manifest["metrics"]["accuracy"], float)
-
-
-def test_weights_that_come_back_with_a_nan_are_refused_whatever_their_order(runs, tmp_path, capsys, monkeypatch):
-    import safetensors.torch
-
-    real = safetensors.torch.load_file
-
-    def one_nan_among_equal_weights(path, *args, **kwargs):
-        weights = real(path, *args, **kwargs)
-        last = list(weights)[-1]  # after a tensor that matches exactly: max() alone would keep 0.0
-        weights[last] = weights[last].clone().reshape(-1)
-        weights[last][0] = float("nan")
-        weights[last] = weights[last].reshape(real(path)[last].shape)
-        return weights
-
-    monkeypatch.setattr(safetensors.torch, "load_file", one_nan_among_equal_weights)
-    code, _, err = cli(capsys, "export", runs["tiny"], "--format", "safetensors", "--out", tmp_path / "w")
-    assert code != 0 and "the written weights differ from the checkpoint's by nan" in err
-    assert not (tmp_path / "w").exists()

@@ -265,17 +265,21 @@ def test_an_input_checks_each_row_and_pads_a_batch():
 def test_weights_that_come_back_with_a_nan_are_refused_whatever_their_order(tmp_path, capsys, monkeypatch):
     import safetensors.torch
 
+    from core.engine.checkpoints import load_checkpoint, rebuild_model
+
     run, reference = changed_run(tmp_path, '    inputs = (Input("ids", "int64", ("seq",), pad=0),)\n', "")
+    _task, model = rebuild_model(load_checkpoint(run / "checkpoint.pt"), run / "checkpoint.pt")
+    first, *later = model.state_dict()  # the order the export compares in
+    assert later
     real = safetensors.torch.load_file
 
-    def a_nan_in_the_last_tensor(path, *args, **kwargs):
+    def nans_after_the_first_tensor(path, *args, **kwargs):
         weights = real(path, *args, **kwargs)
-        last = list(weights)[-1]  # after tensors that match exactly: max() alone would keep their 0.0
-        weights[last] = weights[last].clone()
-        weights[last].view(-1)[0] = float("nan")
+        for name in later:  # the first matches exactly: max() alone would keep its 0.0
+            weights[name] = torch.full_like(weights[name], float("nan"))
         return weights
 
-    monkeypatch.setattr(safetensors.torch, "load_file", a_nan_in_the_last_tensor)
+    monkeypatch.setattr(safetensors.torch, "load_file", nans_after_the_first_tensor)
     out = tmp_path / "weights"
     code, _out, err = cli(capsys, "export", run, "--task", reference, "--format", "safetensors", "--out", out)
     assert code != 0 and "the written weights differ from the checkpoint's by nan" in err, err
