@@ -13,6 +13,8 @@ MODES = pytest.mark.parametrize(
 )
 # A wait that includes a child process's start (Python, torch, the engine): generous, for a busy machine.
 PROCESS_WAIT_MS = 180_000
+# A wait for the form or a dialog to settle (a background estimate, a check): returns at once when it has.
+UI_WAIT_MS = 20_000
 
 
 def run_form(qtbot):

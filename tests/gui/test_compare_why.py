@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from gui_helpers import click, find
+from gui_helpers import UI_WAIT_MS, click, find
 
 import core.lab.precision_sweep as sweep
 from app.panels.compare import COLUMNS, CompareDialog
@@ -64,7 +64,7 @@ def test_rows_say_why_and_adamw8bit_adds_its_rows(qtbot, monkeypatch):
     assert own.isChecked() and eight.isEnabled() and not eight.isChecked()  # the form's optimizer, by default
     eight.setChecked(True)
     click(qtbot, dialog, "compareRunButton")
-    qtbot.waitUntil(lambda: dialog.result is not None and not dialog.job.running, timeout=20_000)
+    qtbot.waitUntil(lambda: dialog.result is not None and not dialog.job.running, timeout=UI_WAIT_MS)
     assert calls[0][:2] == ("adamw", ["adamw", "adamw8bit"])  # the form's own first: the reference rows
     assert dialog.row_modes() == ["fp32", "bf16", "bf16-pure", "bf16-pure + adamw8bit", "fp8"]
     why = [dialog.table.item(i, WHY) for i in range(dialog.table.rowCount())]
@@ -103,7 +103,7 @@ def test_train_with_this_takes_the_recommended_rows_optimizer(qtbot, window, mon
     qtbot.waitExposed(dialog)
     find(dialog, "adamw8bitOptimizerCheck").setChecked(True)
     click(qtbot, dialog, "compareRunButton")
-    qtbot.waitUntil(lambda: dialog.result is not None and not dialog.job.running, timeout=20_000)
+    qtbot.waitUntil(lambda: dialog.result is not None and not dialog.job.running, timeout=UI_WAIT_MS)
     assert dialog.recommendation.text().startswith("Recommended: bf16-pure + adamw8bit (")
     click(qtbot, dialog, "trainWithButton")
     qtbot.waitUntil(lambda: started == ["bf16-pure"])

@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, loss_points, quick_run, set_field
+from gui_helpers import MODES, PROCESS_WAIT_MS, UI_WAIT_MS, click, find, finish_run, loss_points, quick_run, set_field
 
 from core.engine.checkpoints import load_checkpoint
 from core.engine.events import RunEnded
@@ -26,7 +26,7 @@ def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window
     assert not find(window, "startButton").isEnabled()  # until the marked field changes
 
     set_field(window, "gradAccumEdit", 1)
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
     finish_run(qtbot, window)
     assert "completed" in window.statusBarWidget.message.text().lower()
 
@@ -47,7 +47,7 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
     assert message.startswith("Run failed: the training process was killed (SIGKILL)"), message
     assert "out of memory" in message, message
     assert "ERROR" in window.logPanel.toPlainText()
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
 
     quick_run(window, tmp_path / "again", max_steps=20, separate_process=True)
     finish_run(qtbot, window)
@@ -66,13 +66,13 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     os.kill(window.controller.run.process.processId(), signal.SIGSTOP)
     with qtbot.waitSignal(
-        window.controller.runningChanged, timeout=20_000, check_params_cb=lambda running: not running
+        window.controller.runningChanged, timeout=UI_WAIT_MS, check_params_cb=lambda running: not running
     ):
         click(qtbot, window, "stopButton")
         assert find(window, "stopButton").text() == "Stopping…"
     message = window.statusBarWidget.message.text()
     assert message.startswith("Run failed: the run did not stop within 0.3 s of Stop and was ended (SIGKILL)"), message
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
 
 
 @pytest.mark.slow
@@ -104,12 +104,12 @@ def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, windo
     corrupt = tmp_path / "broken.pt"
     corrupt.write_bytes(b"this is not a checkpoint")
     window.file_actions.resume(str(corrupt))
-    qtbot.waitUntil(lambda: "Cannot resume" in window.statusBarWidget.message.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "Cannot resume" in window.statusBarWidget.message.text(), timeout=UI_WAIT_MS)
     message = window.statusBarWidget.message.text().lower()
     assert "broken.pt: not a" in message and "checkpoint" in message, message  # the engine's own words
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     assert not window.controller.running
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
 
 
 @pytest.mark.timeout(60)
@@ -152,7 +152,7 @@ def test_export_then_resume_continues_the_run(qtbot, window, tmp_path):
     destination = tmp_path / "export" / "model"
     window.file_actions.export(str(checkpoint), str(destination))
     qtbot.waitUntil(lambda: "Exported" in window.statusBarWidget.message.text(), timeout=30_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     for suffix in (".pt", ".safetensors", ".json"):
         assert destination.with_suffix(suffix).is_file()
     manifest = json.loads(destination.with_suffix(".json").read_text())

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from gui_helpers import finish_run, quick_run
+from gui_helpers import UI_WAIT_MS, finish_run, quick_run
 
 import app.file_actions
 
@@ -48,7 +48,7 @@ def dialogs(monkeypatch):
 def export_and_wait(qtbot, window) -> None:
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "Exported" in window.statusBarWidget.message.text(), timeout=30_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
 
 
 def normal_mode() -> int:

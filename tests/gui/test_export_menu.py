@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from gui_helpers import finish_run, quick_run
+from gui_helpers import UI_WAIT_MS, finish_run, quick_run
 
 import app.file_actions
 from app.file_actions import CHECKPOINT_FILTER, SERVING_FILTERS
@@ -59,7 +59,7 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
     dialogs.kind = kind_of("program")
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "max abs difference" in status(window) or "failed" in status(window), timeout=60_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     assert status(window).startswith("Exported tiny") and "as program fp32" in status(window)
     assert dialogs.filters[0] == CHECKPOINT_FILTER and set(SERVING_FILTERS) <= set(dialogs.filters)
     folder = tmp_path / "a" / "export" / "model"
@@ -85,7 +85,7 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
     dialogs.kind = kind_of("onnx") if importlib.util.find_spec("onnxruntime") else CHECKPOINT_FILTER
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "model-2" in status(window) or "failed" in status(window), timeout=60_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     assert status(window).startswith("Exported"), status(window)
     second = tmp_path / "a" / "export" / "model-2"
     assert (
@@ -104,7 +104,7 @@ def test_a_failed_export_is_one_line_and_leaves_no_folder(qtbot, window, tmp_pat
     dialogs.kind = kind_of("onnx")
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "Export failed" in status(window), timeout=30_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     assert "pip install 'amp-console[onnx]'" in status(window) and "\n" not in status(window)
     assert not (tmp_path / "b" / "export" / "model").exists()
     assert window.file_actions.export_action.isEnabled()
@@ -122,7 +122,7 @@ def test_file_export_offers_the_serving_folder_first_each_format_its_own_entry(q
     dialogs.kind = kind_of("program")
     window.file_actions.export_actions["program"].trigger()
     qtbot.waitUntil(lambda: "max abs difference" in status(window) or "failed" in status(window), timeout=60_000)
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=UI_WAIT_MS)
     assert dialogs.filters == [kind_of("program")]  # that format alone: nothing hidden in "Files of type"
     folder = tmp_path / "c" / "export" / "model"
     assert {"model.pt2", "serve.py", "manifest.json"} <= {p.name for p in folder.iterdir()}

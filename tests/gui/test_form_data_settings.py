@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gui_helpers import find, quick_run, set_field
+from gui_helpers import UI_WAIT_MS, find, quick_run, set_field
 from PySide6.QtWidgets import QToolButton
 
 from core.config import RunConfig
@@ -63,10 +63,10 @@ def test_saved_config_shows_in_the_data_fields(qtbot, window, tmp_path):
 def test_bad_columns_text_blocks_start_with_a_message(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
     start = find(window, "startButton")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
 
     set_field(window, "columnsEdit", "user_id=userId, movieId")
-    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=UI_WAIT_MS)
     error = find(window, "columnsError")
     assert error.isVisible()
     assert "'movieId' is not NAME=FILE_NAME" in error.text()
@@ -74,7 +74,7 @@ def test_bad_columns_text_blocks_start_with_a_message(qtbot, window, tmp_path):
     assert find(window, "columnsEdit").property("invalid") is True
 
     set_field(window, "columnsEdit", "user_id=userId")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     assert not error.isVisible()
 
 
@@ -86,7 +86,7 @@ def test_missing_test_file_is_a_field_error(qtbot, window, tmp_path):
     set_field(window, "dataEdit", files["train"])
     set_field(window, "testDataEdit", str(tmp_path / "nowhere.csv"))
     start = find(window, "startButton")
-    qtbot.waitUntil(lambda: find(window, "testDataError").isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: find(window, "testDataError").isVisible(), timeout=UI_WAIT_MS)
     assert find(window, "testDataError").text() == f"{tmp_path / 'nowhere.csv'}: no such file or folder"
     assert not start.isEnabled()
 
@@ -102,7 +102,7 @@ def test_form_screenshot(qtbot, window, tmp_path):
     window.resize(1400, 1000)
     error = find(window, "columnsError")
     panel = window.setupPanel
-    qtbot.waitUntil(lambda: error.isVisible() and panel.height() >= panel.sizeHint().height(), timeout=20_000)
+    qtbot.waitUntil(lambda: error.isVisible() and panel.height() >= panel.sizeHint().height(), timeout=UI_WAIT_MS)
     window.setupPanel.grab().save(os.environ["AMP_FORM_SCREENSHOT"])
 
 
@@ -126,19 +126,19 @@ def test_the_data_source_sits_in_the_task_group_and_synthetic_options_show_only_
     note = find(window, "syntheticNote")
     options = window.setupPanel._option_rows
     synthetic = [options[name] for name in ("queries", "docs", "features", "noise")]
-    qtbot.waitUntil(lambda: options["hidden"].isVisible(), timeout=20_000)  # rows added to a shown form show next
+    qtbot.waitUntil(lambda: options["hidden"].isVisible(), timeout=UI_WAIT_MS)  # rows added to a shown form show next
     assert note.isVisible() and all(row.isVisible() for row in synthetic)
 
     set_field(window, "dataEdit", files["train"])
-    qtbot.waitUntil(lambda: not note.isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: not note.isVisible(), timeout=UI_WAIT_MS)
     assert not any(row.isVisible() for row in synthetic)
     assert options["hidden"].isVisible()  # the model's options stay
 
     set_field(window, "taskCombo", "recommender")  # another task, its own synthetic options hidden too
-    qtbot.waitUntil(lambda: options["d_model"].isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: options["d_model"].isVisible(), timeout=UI_WAIT_MS)
     assert not options["items"].isVisible()
     set_field(window, "dataEdit", "")
-    qtbot.waitUntil(lambda: options["items"].isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: options["items"].isVisible(), timeout=UI_WAIT_MS)
     assert note.isVisible()
 
 
@@ -146,7 +146,7 @@ def test_placeholders_fit_their_fields_at_the_default_window_size(qtbot, window)
     from PySide6.QtWidgets import QLineEdit
 
     window.resize(1400, 860)
-    qtbot.waitUntil(lambda: window.setupPanel.width() > 0, timeout=20_000)
+    qtbot.waitUntil(lambda: window.setupPanel.width() > 0, timeout=UI_WAIT_MS)
     for name in ("dataEdit", "valDataEdit", "testDataEdit", "delimiterEdit", "columnsEdit", "outDirEdit"):
         edit = find(window, name, QLineEdit)
         text = edit.placeholderText()

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from gui_helpers import UI_WAIT_MS
 
 from app.panels.plot_notes import NO_RUN, NOT_MEASURED, SCALER_OFF, WAITING, WAITING_EVAL
 from app.panels.plots import PlotsPanel
@@ -175,7 +176,7 @@ def test_ceiling_lines_and_legend_never_overlap(panel, qtbot):
     item = panel.plots["eval"].getPlotItem()
     legend = panel._legends["eval"]
     view = item.getViewBox().sceneBoundingRect()
-    qtbot.waitUntil(lambda: legend.sceneBoundingRect().top() >= view.bottom(), timeout=20_000)  # laid out below
+    qtbot.waitUntil(lambda: legend.sceneBoundingRect().top() >= view.bottom(), timeout=UI_WAIT_MS)  # laid out below
 
     assert [line.value() for line in panel._ceiling_lines] == [0.95, 0.985]
     assert all(getattr(line, "label", None) is None for line in panel._ceiling_lines)  # no text drawn in the view...

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, loss_points, quick_run, set_field
+from gui_helpers import MODES, PROCESS_WAIT_MS, UI_WAIT_MS, click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
 SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")  # a folder: save a screenshot of each task's page there
@@ -70,7 +70,7 @@ def shot(view, task: str) -> None:
 def type_review(qtbot, page, text: str) -> None:
     page.edit.clear()
     qtbot.keyClicks(page.edit, text)
-    qtbot.waitUntil(lambda: page.scored_text == text and page.explained_text == text, timeout=20_000)
+    qtbot.waitUntil(lambda: page.scored_text == text and page.explained_text == text, timeout=UI_WAIT_MS)
     assert page.score is not None and page.words
 
 
@@ -105,17 +105,17 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     reference = predictor(runs, RECOMMENDER)
     users = reference.example_users(200)
     assert page.userCombo.count() == len(users) > 1
-    qtbot.waitUntil(lambda: page.result is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: page.result is not None, timeout=UI_WAIT_MS)
     expected = reference.recommend(users[0][1], k=10, exclude_seen=True)
     assert page.result.items == expected.items and page.result.scores == pytest.approx(expected.scores)
     assert [page.table.item(r, 1).text() for r in range(page.table.rowCount())] == [str(i) for i in expected.items]
 
     page.userCombo.setCurrentIndex(1)  # another user: the history field follows and the list is theirs
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == list(users[1][1]), timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == list(users[1][1]), timeout=UI_WAIT_MS)
     assert page.result.items == reference.recommend(users[1][1]).items
 
     page.excludeCheck.setChecked(False)  # seen lessons come back, marked
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[1] is False, timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[1] is False, timeout=UI_WAIT_MS)
     unfiltered = reference.recommend(users[1][1], exclude_seen=False)
     assert page.result.items == unfiltered.items and page.result.seen == unfiltered.seen
     marks = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
@@ -125,7 +125,7 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     qtbot.keyClicks(page.historyEdit, "3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
     assert page.userCombo.currentIndex() == -1  # no longer user 1's history
     qtbot.waitUntil(
-        lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999], timeout=20_000
+        lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999], timeout=UI_WAIT_MS
     )
     typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
     assert page.result.items == typed.items and page.result.unknown == typed.unknown
@@ -133,7 +133,7 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     shot(dialog, "recommender")
     page.excludeCheck.setChecked(True)
     page.userCombo.setCurrentIndex(0)
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=UI_WAIT_MS)
 
 
 def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys):
@@ -159,7 +159,7 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     names = [find(page, f"previewTinyLabel{i}").text() for i in range(len(page.inputs))]
     assert names == [f"x{n}" for n in range(1, 11)]
     qtbot.waitUntil(
-        lambda: page.probabilities is not None and page.asked == pytest.approx(page.values()), timeout=20_000
+        lambda: page.probabilities is not None and page.asked == pytest.approx(page.values()), timeout=UI_WAIT_MS
     )
     values = page.values()
     [row] = predict_cli(runs / "tiny", ",".join(reversed(names)), ",".join(map(str, reversed(values))))
@@ -167,7 +167,7 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
 
     page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     page.historyEdit.setText("3 17 42 5")
-    qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=UI_WAIT_MS)
     rows = predict_cli(runs / RECOMMENDER, "history", "3 17 42 5")
     assert [int(r["item_id"]) for r in rows] == page.result.items
     assert [float(r["score"]) for r in rows] == pytest.approx(page.result.scores, abs=1e-5)
@@ -183,11 +183,11 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
     monkeypatch.setattr(RecommenderTaskServing, "example_users", gone)
     page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     # the examples are asked for off the GUI thread after the page opens: their failure lands a moment later
-    qtbot.waitUntil(lambda: "No examples from the run's data" in dialog.statusLabel.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "No examples from the run's data" in dialog.statusLabel.text(), timeout=UI_WAIT_MS)
     assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
     assert page.userCombo.count() == 0
     page.historyEdit.setText("5 6 7")
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=UI_WAIT_MS)
     assert page.result.items == predictor(runs, RECOMMENDER).recommend([5, 6, 7]).items
 
 
@@ -197,13 +197,13 @@ def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
     page = open_run(qtbot, dialog, runs / "ranking", "ranking")
     reference = predictor(runs, "ranking")
     queries = reference.example_queries(200)
-    qtbot.waitUntil(lambda: page.table.rowCount() > 0, timeout=20_000)
+    qtbot.waitUntil(lambda: page.table.rowCount() > 0, timeout=UI_WAIT_MS)
     for index in (0, 1):
         page.queryCombo.setCurrentIndex(index)
         query = queries[index]
         scores = reference.rank(query.features)
         qtbot.waitUntil(
-            lambda s=scores: page.scores and page.scores == pytest.approx(s.tolist(), abs=1e-6), timeout=20_000
+            lambda s=scores: page.scores and page.scores == pytest.approx(s.tolist(), abs=1e-6), timeout=UI_WAIT_MS
         )
         shown = [float(page.table.item(r, 2).text()) for r in range(page.table.rowCount())]
         assert shown == sorted(shown, reverse=True) and len(shown) == len(query.doc_ids)
@@ -214,7 +214,7 @@ def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
         assert page.measure_name == "NDCG@10" and page.measure == pytest.approx(ndcg_at(query.labels[order]))
     assert f"{page.measure:.3f}" in page.infoLabel.text()
     page.queryCombo.setCurrentIndex(0)
-    qtbot.waitUntil(lambda: page.table.rowCount() == len(queries[0].doc_ids), timeout=20_000)
+    qtbot.waitUntil(lambda: page.table.rowCount() == len(queries[0].doc_ids), timeout=UI_WAIT_MS)
     shot(dialog, "ranking")
 
 
@@ -222,19 +222,19 @@ def test_tiny_probabilities_for_a_sample_and_typed_numbers(qtbot, dialog, runs):
     page = open_run(qtbot, dialog, runs / "tiny", "tiny")
     reference = predictor(runs, "tiny")
     samples = reference.example_rows(20)
-    qtbot.waitUntil(lambda: page.probabilities is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: page.probabilities is not None, timeout=UI_WAIT_MS)
     assert page.values() == pytest.approx(samples[0].tolist(), abs=1e-4)  # the first sample, shown as typed
     expected = reference.predict_rows(np.asarray([page.values()], dtype=np.float32))[0]
     assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
 
     page.inputs[0].setValue(3.5)
     page.inputs[4].setValue(-2.25)
-    qtbot.waitUntil(lambda: page.asked == pytest.approx(page.values()), timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked == pytest.approx(page.values()), timeout=UI_WAIT_MS)
     expected = reference.predict_rows(np.asarray([page.values()], dtype=np.float32))[0]
     assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
     assert page.labels[0].text() == f"{expected[0]:.3f}"
     click(qtbot, page, "previewTinySampleButton")  # the next sample
-    qtbot.waitUntil(lambda: page.asked == pytest.approx(samples[1].tolist(), abs=1e-4), timeout=20_000)
+    qtbot.waitUntil(lambda: page.asked == pytest.approx(samples[1].tolist(), abs=1e-4), timeout=UI_WAIT_MS)
     shot(dialog, "tiny")
 
 
@@ -285,7 +285,7 @@ def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp
     dialog.open_file(str(bad))
     qtbot.waitUntil(
         lambda: dialog.stack.currentWidget() is dialog.messageLabel and "broken.pt" in dialog.messageLabel.text(),
-        timeout=20_000,
+        timeout=UI_WAIT_MS,
     )
     assert "not a checkpoint" in dialog.messageLabel.text() and dialog.predictor is None
     assert dialog.isVisible()
@@ -293,7 +293,7 @@ def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp
     data = (runs / "tiny" / "checkpoint.pt").read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
     dialog.open_file(str(truncated))
-    qtbot.waitUntil(lambda: "truncated.pt" in dialog.messageLabel.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "truncated.pt" in dialog.messageLabel.text(), timeout=UI_WAIT_MS)
     assert dialog.predictor is None
     shot(dialog, "error")
     open_run(qtbot, dialog, runs / "tiny", "tiny")  # the panel works on after a failure
@@ -306,7 +306,7 @@ def test_a_checkpoint_of_an_unknown_task_is_a_message(qtbot, dialog, runs, tmp_p
     state["task"] = "weather"
     torch.save(state, tmp_path / "weather.pt")
     dialog.open_file(str(tmp_path / "weather.pt"))
-    qtbot.waitUntil(lambda: "weather.pt" in dialog.messageLabel.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "weather.pt" in dialog.messageLabel.text(), timeout=UI_WAIT_MS)
     assert "weather" in dialog.messageLabel.text().split("weather.pt:", 1)[-1] and dialog.predictor is None
 
 
@@ -336,21 +336,21 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, train
     open_run(qtbot, dialog, folder, "sentiment")
     tab = dialog.evaluation
     dialog.tabs.setCurrentWidget(tab)
-    qtbot.waitUntil(lambda: "No evaluation report" in tab.infoLabel.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "No evaluation report" in tab.infoLabel.text(), timeout=UI_WAIT_MS)
     assert tab.report is None and tab.evaluateButton.isEnabled()
     click(qtbot, tab, "previewEvaluateButton")
     # the report arrives before the job's end relabels the button: wait for both
     qtbot.waitUntil(lambda: tab.report is not None and tab.evaluateButton.text() == "Evaluate again", timeout=60_000)
     saved = load_report(folder)
     assert saved is not None and saved["checkpoint"] == str(dialog.predictor.checkpoint)
-    qtbot.waitUntil(lambda: tab.view.done, timeout=20_000)  # drawn a section per turn of the event loop
+    qtbot.waitUntil(lambda: tab.view.done, timeout=UI_WAIT_MS)  # drawn a section per turn of the event loop
     assert tab.report["metrics"] == saved["metrics"] and "roc" in tab.view.sections
     assert "best.pt" in tab.infoLabel.text() and tab.evaluateButton.text() == "Evaluate again"
     shot(dialog, "evaluation")
 
     dialog.whichCombo.setCurrentIndex(dialog.whichCombo.findData("last"))  # the last checkpoint: the saved
     dialog.load()  # report is of the best, and says so
-    qtbot.waitUntil(lambda: dialog.predictor is not None and tab.report is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: dialog.predictor is not None and tab.report is not None, timeout=UI_WAIT_MS)
     assert dialog.predictor.checkpoint == folder / "checkpoint.pt"
     assert tab.report["metrics"] == saved["metrics"]
     assert "This report measured best.pt; Evaluate measures checkpoint.pt" in tab.infoLabel.text()
@@ -362,7 +362,7 @@ def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, 
     open_run(qtbot, dialog, folder, "tiny")
     tab = dialog.evaluation
     dialog.tabs.setCurrentWidget(tab)
-    qtbot.waitUntil(lambda: "Could not read" in tab.view.message.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "Could not read" in tab.view.message.text(), timeout=UI_WAIT_MS)
     assert "evaluation.json: line 1: not valid JSON" in tab.view.message.text()
     assert tab.report is None and tab.evaluateButton.isEnabled()  # Evaluate writes a whole one again
 
@@ -419,7 +419,7 @@ def test_try_a_model_waits_for_the_engine(qtbot, settings, cpu_devices):
     assert window.previewAction.isEnabled()
     window.previewAction.trigger()
     assert window.previewDialog is not None and window.previewDialog.isVisible()
-    qtbot.waitUntil(lambda: not window.previewDialog.scans.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.previewDialog.scans.busy, timeout=UI_WAIT_MS)
 
 
 @pytest.mark.timeout(60)

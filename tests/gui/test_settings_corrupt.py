@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from gui_helpers import find
+from gui_helpers import UI_WAIT_MS, find
 from PySide6.QtCore import QByteArray, QSettings
 
 from core.config import RunConfig
@@ -24,7 +24,7 @@ def assert_usable(qtbot, window) -> None:
     """The engine is loaded, the form takes input and a valid form can be started."""
     assert window.engine_ready
     assert window.setupPanel.isEnabled()
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
 
 
 def write_ini(settings: QSettings, text: str) -> QSettings:

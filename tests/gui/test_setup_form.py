@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import find, quick_run, run_form, set_field
+from gui_helpers import UI_WAIT_MS, find, quick_run, run_form, set_field
 from PySide6.QtCore import Qt
 
 from core.config import RunConfig
@@ -69,26 +69,26 @@ def test_unsupported_precision_is_disabled_with_the_reason(qtbot, make_window):
 def test_invalid_field_blocks_start_with_cores_message(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
     start = find(window, "startButton")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
 
     set_field(window, "epochsEdit", 0)
     set_field(window, "maxStepsEdit", 0)
-    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=UI_WAIT_MS)
     error = find(window, "epochsError")
     assert error.isVisible()
     assert error.text() == RunConfig(epochs=0, max_steps=0).errors()["epochs"]
     assert find(window, "epochsEdit").property("invalid") is True
 
     set_field(window, "outDirEdit", "   ")  # empty is fine (a new folder under the runs root); blanks are not
-    qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=UI_WAIT_MS)
     assert "leave it empty" in find(window, "outDirError").text()
     set_field(window, "outDirEdit", "")
-    qtbot.waitUntil(lambda: not find(window, "outDirError").isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: not find(window, "outDirError").isVisible(), timeout=UI_WAIT_MS)
     assert "runs root" in find(window, "outDirEdit").placeholderText()
 
     set_field(window, "epochsEdit", 1)
     set_field(window, "outDirEdit", str(tmp_path / "run"))
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     assert not find(window, "epochsError").isVisible()
 
 

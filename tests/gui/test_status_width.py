@@ -6,6 +6,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from gui_helpers import UI_WAIT_MS
 from PySide6.QtWidgets import QApplication
 
 from core.engine.events import RunStarted
@@ -16,7 +17,7 @@ LONG = "Could not start: " + "the engine had a great deal to say about this run 
 @pytest.mark.timeout(60)
 def test_a_long_message_neither_widens_the_window_nor_loses_its_text(qtbot, window):
     window.resize(1400, 800)
-    qtbot.waitUntil(lambda: window.width() == 1400, timeout=20_000)
+    qtbot.waitUntil(lambda: window.width() == 1400, timeout=UI_WAIT_MS)
     minimum = window.minimumSizeHint().width()
     assert minimum <= 1240  # the window fits a 1280 px wide screen with its frame
     assert len(LONG) >= 2000
@@ -44,7 +45,7 @@ def test_a_long_message_neither_widens_the_window_nor_loses_its_text(qtbot, wind
 @pytest.mark.timeout(60)
 def test_long_device_names_from_the_engine_are_cut_to_fit(qtbot, window):
     window.resize(1400, 800)
-    qtbot.waitUntil(lambda: window.width() == 1400, timeout=20_000)
+    qtbot.waitUntil(lambda: window.width() == 1400, timeout=UI_WAIT_MS)
     minimum = window.minimumSizeHint().width()
     name = "Accelerator with a very long marketing name " * 10
     window.statusBarWidget.set_device(SimpleNamespace(id="cuda:0", name=name))

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from gui_helpers import click, find, quick_run
+from gui_helpers import UI_WAIT_MS, click, find, quick_run
 from PySide6.QtCore import Qt
 
 
@@ -43,7 +43,7 @@ def test_a_2x2_sweep_fills_the_table_opens_a_trial_in_history_and_trains_it_long
     click(qtbot, dialog, "sweepHistoryButton")
     history = window.historyDialog
     assert history is not None and history.isVisible()
-    qtbot.waitUntil(lambda: [r.get("name") for r in history.panel.selected_runs()] == [row["run"]], timeout=20_000)
+    qtbot.waitUntil(lambda: [r.get("name") for r in history.panel.selected_runs()] == [row["run"]], timeout=UI_WAIT_MS)
 
     # Train this one longer: the trial's settings in the form, resumed from its checkpoint to twice the steps.
     with qtbot.waitSignal(

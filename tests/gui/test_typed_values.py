@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import find, quick_run, run_form
+from gui_helpers import UI_WAIT_MS, find, quick_run, run_form
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
@@ -16,12 +16,12 @@ def type_into(qtbot, window, name: str, text: str) -> None:
     widget = find(window, name)
     window.activateWindow()
     widget.setFocus(Qt.FocusReason.MouseFocusReason)
-    qtbot.waitUntil(widget.hasFocus, timeout=20_000)
+    qtbot.waitUntil(widget.hasFocus, timeout=UI_WAIT_MS)
     widget.selectAll()
     qtbot.keyClick(widget, Qt.Key.Key_Backspace)
     qtbot.keyClicks(widget, text)
     qtbot.keyClick(widget, Qt.Key.Key_Tab)
-    qtbot.waitUntil(lambda: not widget.hasFocus(), timeout=20_000)
+    qtbot.waitUntil(lambda: not widget.hasFocus(), timeout=UI_WAIT_MS)
 
 
 def engine_message(**changes) -> str:
@@ -40,7 +40,7 @@ def form(qtbot):
 def ready(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
     start = find(window, "startButton")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     return window
 
 
@@ -52,7 +52,7 @@ def test_a_negative_learning_rate_stays_marked_and_blocks_start(qtbot, ready):
     type_into(qtbot, window, "lrEdit", "-0.01")
 
     assert lr.text() == "-0.01"  # not clamped, not put back to the previous value
-    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=UI_WAIT_MS)
     message = engine_message(lr=-0.01)
     error = find(window, "lrError")
     assert error.isVisible() and error.text() == message
@@ -62,7 +62,7 @@ def test_a_negative_learning_rate_stays_marked_and_blocks_start(qtbot, ready):
     assert summary.isVisible() and f"Learning rate: {message}" in summary.text()
 
     type_into(qtbot, window, "lrEdit", "0.003")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     assert not error.isVisible() and not summary.isVisible()
     assert lr.property("invalid") is False
     assert window.setupPanel.config().lr == 0.003
@@ -75,11 +75,11 @@ def test_a_zero_batch_size_stays_marked_and_blocks_start(qtbot, ready):
     type_into(qtbot, window, "batchSizeEdit", "0")
 
     assert find(window, "batchSizeEdit").text() == "0"
-    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=UI_WAIT_MS)
     assert find(window, "batchSizeError").text() == engine_message(batch_size=0)
 
     type_into(qtbot, window, "batchSizeEdit", "48")
-    qtbot.waitUntil(start.isEnabled, timeout=20_000)
+    qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     assert window.setupPanel.config().batch_size == 48
 
 
@@ -88,7 +88,7 @@ def test_a_fraction_for_a_whole_number_gets_cores_type_message(qtbot, ready):
     window = ready
     type_into(qtbot, window, "batchSizeEdit", "2.5")
     assert find(window, "batchSizeEdit").text() == "2.5"
-    qtbot.waitUntil(lambda: not find(window, "startButton").isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not find(window, "startButton").isEnabled(), timeout=UI_WAIT_MS)
     assert find(window, "batchSizeError").text() == "expected int, got float 2.5"
 
 
@@ -101,7 +101,7 @@ def test_small_learning_rates_in_scientific_notation(qtbot, ready):
         type_into(qtbot, window, "lrEdit", text)
         assert lr.text() == text
         assert window.setupPanel.config().lr == value
-        qtbot.waitUntil(start.isEnabled, timeout=20_000)
+        qtbot.waitUntil(start.isEnabled, timeout=UI_WAIT_MS)
     lr.setValue(1e-6)  # shown from a value (a loaded file): not rounded to 0.0000
     assert float(lr.text()) == 1e-6
     lr.setValue(3e-5)
@@ -115,7 +115,7 @@ def test_small_weight_decay_and_out_of_range_momentum(qtbot, ready):
     assert window.setupPanel.config().weight_decay == 5e-4
     type_into(qtbot, window, "momentumEdit", "1.5")
     assert find(window, "momentumEdit").text() == "1.5"
-    qtbot.waitUntil(lambda: find(window, "momentumError").isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: find(window, "momentumError").isVisible(), timeout=UI_WAIT_MS)
     assert find(window, "momentumError").text() == engine_message(momentum=1.5)
     assert not find(window, "startButton").isEnabled()
 
@@ -126,10 +126,10 @@ def test_arrows_step_an_invalid_value_back_into_range(qtbot, ready):
     type_into(qtbot, window, "batchSizeEdit", "-5")
     batch = find(window, "batchSizeEdit")
     batch.setFocus()
-    qtbot.waitUntil(batch.hasFocus, timeout=20_000)
+    qtbot.waitUntil(batch.hasFocus, timeout=UI_WAIT_MS)
     qtbot.keyClick(batch, Qt.Key.Key_Up)
     assert window.setupPanel.config().batch_size == 1  # the smallest allowed, not -4
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
 
 
 @pytest.mark.timeout(60)
@@ -138,10 +138,10 @@ def test_too_many_processes_are_marked_not_clamped(qtbot, ready):
     window.setupPanel.set_process_limit(2)
     type_into(qtbot, window, "processesEdit", "9")
     assert find(window, "processesEdit").text() == "9"
-    qtbot.waitUntil(lambda: not find(window, "startButton").isEnabled(), timeout=20_000)
+    qtbot.waitUntil(lambda: not find(window, "startButton").isEnabled(), timeout=UI_WAIT_MS)
     assert "between 1 and 2" in find(window, "processesError").text()
     type_into(qtbot, window, "processesEdit", "1")
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
     assert window.setupPanel.processes() == 1
 
 
@@ -187,7 +187,7 @@ def test_tab_walks_the_form_top_to_bottom(qtbot, form):
     combo = find(window, "taskCombo")
     window.activateWindow()
     combo.setFocus()
-    qtbot.waitUntil(combo.hasFocus, timeout=20_000)
+    qtbot.waitUntil(combo.hasFocus, timeout=UI_WAIT_MS)
     qtbot.keyClick(combo, Qt.Key.Key_Tab)  # the task's options come right after the task picker
     assert (
         QApplication.focusWidget() is find(window, "hiddenOptionEdit").lineEdit()
@@ -233,12 +233,12 @@ def test_nan_and_inf_from_a_file_are_shown_and_marked_then_typed_over(qtbot, rea
     assert find(window, "lrEdit").text() == "nan"  # not a bound of the spin box
     assert find(window, "momentumEdit").text() == "inf"
     assert window.setupPanel.config().batch_size == 5_000_000_000
-    qtbot.waitUntil(lambda: find(window, "lrError").isVisible(), timeout=20_000)
+    qtbot.waitUntil(lambda: find(window, "lrError").isVisible(), timeout=UI_WAIT_MS)
     assert find(window, "lrError").text().startswith("nan is out of range")
     assert not find(window, "startButton").isEnabled()
     type_into(qtbot, window, "lrEdit", "0.002")
     type_into(qtbot, window, "momentumEdit", "0")
     type_into(qtbot, window, "batchSizeEdit", "16")
-    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=20_000)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=UI_WAIT_MS)
     config = window.setupPanel.config()
     assert (config.lr, config.momentum, config.batch_size) == (0.002, 0.0, 16)

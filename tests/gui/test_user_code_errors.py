@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, set_field
+from gui_helpers import MODES, PROCESS_WAIT_MS, UI_WAIT_MS, click, find, finish_run, set_field
 from PySide6.QtWidgets import QMessageBox
 
 pytestmark = pytest.mark.slow  # adding the task imports it in a child process
@@ -68,7 +68,7 @@ def details_shown(qtbot, window) -> str:
     assert window.statusBarWidget.detailsButton.isVisible()
     click(qtbot, window, "detailsButton")
     box = window.findChild(QMessageBox, "errorDetails")
-    qtbot.waitUntil(box.isVisible, timeout=20_000)
+    qtbot.waitUntil(box.isVisible, timeout=UI_WAIT_MS)
     text = box.detailedText()
     box.close()
     return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from gui_helpers import UI_WAIT_MS
 from PySide6.QtCore import QByteArray, QSettings
 
 from app.window_settings import GEOMETRY_KEY
@@ -22,7 +23,7 @@ def saved_by(qtbot, make_window, store: QSettings, width: int, height: int) -> Q
     window = make_window(settings_store=store)
     window.resize(width, height)
     window.move(20, 30)
-    qtbot.waitUntil(lambda: window.width() == width, timeout=20_000)
+    qtbot.waitUntil(lambda: window.width() == width, timeout=UI_WAIT_MS)
     window.close()  # saves the settings, as quitting does
     return QSettings(store.fileName(), QSettings.Format.IniFormat).value(GEOMETRY_KEY)
 
